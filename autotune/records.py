@@ -1,0 +1,231 @@
+"""In-memory model of autotuning results: configs, cache keys and entries.
+
+Entries are plain Python objects rather than protobuf messages: lookups on
+the hot path and the fast text codec never touch the protobuf runtime.
+Conversion to and from the schema lives in results_io.
+"""
+import json
+import re
+from typing import NamedTuple, Optional
+
+# Bumped when the meaning of a cache key changes (what goes into the
+# signature or the fingerprint), so old entries miss instead of misleading.
+KEY_VERSION = 1
+
+FAILURE_KINDS = ("NONE", "COMPILE_ERROR", "OUT_OF_RESOURCES", "WRONG_RESULT",
+                 "TIMEOUT", "RUNTIME_ERROR")
+
+
+class Config:
+    """One point of a search space, as triton.Config describes it.
+
+    Hashable and ordered so that configs can be deduplicated and tie-broken
+    deterministically.
+    """
+
+    __slots__ = ("kwargs", "num_warps", "num_stages", "num_ctas", "_key",
+                 "_params_text")
+
+    def __init__(self, kwargs=None, num_warps=4, num_stages=2, num_ctas=1):
+        self.kwargs = dict(sorted((kwargs or {}).items()))
+        for name, value in self.kwargs.items():
+            if not isinstance(value, (bool, int, float, str)):
+                raise TypeError(
+                    f"config parameter {name}={value!r}: only bool, int, "
+                    "float and str values can be cached")
+        self.num_warps = int(num_warps)
+        self.num_stages = int(num_stages)
+        self.num_ctas = int(num_ctas)
+        self._key = (tuple((k, type(v).__name__, v)
+                           for k, v in self.kwargs.items()),
+                     self.num_warps, self.num_stages, self.num_ctas)
+        self._params_text = None
+
+    @property
+    def params_text(self):
+        """Canonical `NAME=VALUE ...` form stored in caches (see the schema)."""
+        if self._params_text is None:
+            self._params_text = " ".join(
+                f"{k}={_format_param(v)}" for k, v in self.kwargs.items())
+        return self._params_text
+
+    @classmethod
+    def from_params_text(cls, text, num_warps=4, num_stages=2, num_ctas=1):
+        kwargs = {}
+        if '"' in text:
+            pairs = _PARAM_RE.findall(text)
+            if " ".join(f"{n}={v}" for n, v in pairs) != text:
+                raise ValueError(f"malformed config params {text!r}")
+        else:
+            pairs = [p.split("=", 1) for p in text.split(" ")] if text else []
+        for pair in pairs:
+            if len(pair) != 2 or not pair[0]:
+                raise ValueError(f"malformed config params {text!r}")
+            kwargs[pair[0]] = _parse_param(pair[1], text)
+        return cls(kwargs, num_warps, num_stages, num_ctas)
+
+    @property
+    def sort_key(self):
+        return self._key
+
+    def all_kwargs(self):
+        """Meta-parameters plus launch options, as passed to a launch."""
+        out = dict(self.kwargs)
+        out["num_warps"] = self.num_warps
+        out["num_stages"] = self.num_stages
+        if self.num_ctas != 1:
+            out["num_ctas"] = self.num_ctas
+        return out
+
+    def __eq__(self, other):
+        return isinstance(other, Config) and self._key == other._key
+
+    def __lt__(self, other):
+        return self._key < other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __repr__(self):
+        params = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        return (f"Config({params}, num_warps={self.num_warps}, "
+                f"num_stages={self.num_stages})")
+
+    def short(self):
+        parts = [f"{k}={v}" for k, v in self.kwargs.items()]
+        parts += [f"num_warps={self.num_warps}", f"num_stages={self.num_stages}"]
+        if self.num_ctas != 1:
+            parts.append(f"num_ctas={self.num_ctas}")
+        return " ".join(parts)
+
+
+_PARAM_RE = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s"]+)')
+
+
+def _format_param(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    return json.dumps(value)
+
+
+def _parse_param(raw, text):
+    try:
+        if raw.startswith('"'):
+            return json.loads(raw)
+        if raw in ("true", "false"):
+            return raw == "true"
+        try:
+            return int(raw)
+        except ValueError:
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"malformed value {raw!r} in config params {text!r}")
+
+
+class CacheKey(NamedTuple):
+    device: str
+    kernel: str
+    fingerprint: str
+    signature: str
+    key_version: int = KEY_VERSION
+
+    def describe(self):
+        return (f"kernel {self.kernel} [{self.signature}] on {self.device}")
+
+
+class Candidate(NamedTuple):
+    config: Config
+    run_time_us: float = 0.0
+    failure: str = "NONE"
+    failure_detail: str = ""
+
+    @property
+    def ok(self):
+        return self.failure == "NONE"
+
+
+class Provenance(NamedTuple):
+    triton_version: str = ""
+    torch_version: str = ""
+    cuda_version: str = ""
+    timestamp: str = ""
+    timing_spread: float = 0.0
+    tuner: str = ""
+    tuning_seconds: float = 0.0
+
+
+EMPTY_PROVENANCE = Provenance()
+
+
+class Entry:
+    """The result for one fusion on one device.
+
+    `candidates` and `provenance` may be decoded lazily (see results_io):
+    a 100,000-entry file only needs keys and best configs to serve lookups.
+    `decode` is then a (decoder, payload) pair, not a closure, to keep the
+    number of objects the garbage collector tracks low.
+    """
+
+    __slots__ = ("key", "best", "run_time_us", "_candidates", "_provenance",
+                 "_decode")
+
+    def __init__(self, key, best, run_time_us, candidates=(),
+                 provenance=EMPTY_PROVENANCE, decode=None):
+        self.key = key
+        self.best = best
+        self.run_time_us = float(run_time_us)
+        self._candidates = tuple(candidates) if decode is None else None
+        self._provenance = provenance if decode is None else None
+        self._decode = decode
+
+    def _materialize(self):
+        decoder, payload = self._decode
+        self._candidates, self._provenance = decoder(payload)
+        self._decode = None
+
+    @property
+    def candidates(self):
+        if self._decode is not None:
+            self._materialize()
+        return self._candidates
+
+    @property
+    def provenance(self):
+        if self._decode is not None:
+            self._materialize()
+        return self._provenance
+
+    def replace(self, **changes):
+        fields = dict(key=self.key, best=self.best,
+                      run_time_us=self.run_time_us,
+                      candidates=self.candidates, provenance=self.provenance)
+        fields.update(changes)
+        return Entry(**fields)
+
+    def same_result(self, other):
+        return self.best == other.best
+
+    def __eq__(self, other):
+        return (isinstance(other, Entry) and self.key == other.key
+                and self.best == other.best
+                and self.run_time_us == other.run_time_us
+                and self.candidates == other.candidates
+                and self.provenance == other.provenance)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"Entry({self.key.describe()}: {self.best.short()}, "
+                f"{self.run_time_us:.3f} us)")
+
+
+def best_of(candidates: "list[Candidate]") -> Optional[Candidate]:
+    """Fastest correct candidate; ties go to the smallest config."""
+    ok = [c for c in candidates if c.ok]
+    if not ok:
+        return None
+    return min(ok, key=lambda c: (c.run_time_us, c.config.sort_key))
