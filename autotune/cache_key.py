@@ -1,0 +1,149 @@
+"""Cache keys: device key, kernel fingerprint and fusion signature.
+
+A cache key is (device key, kernel fingerprint, fusion signature, key
+version). The fingerprint hashes the kernel's source and the source of every
+@triton.jit function it calls, so editing a kernel or a helper makes its old
+entries miss instead of reusing a config tuned for other code.
+"""
+import hashlib
+import inspect
+import types
+
+from autotune.records import KEY_VERSION, CacheKey
+
+_FINGERPRINTS = {}
+
+
+def _python_function(kernel):
+    """The Python function behind a JITFunction, an InterpretedFunction
+    (TRITON_INTERPRET=1, which has no cache_key) or a plain function."""
+    fn = getattr(kernel, "fn", None)
+    return fn if isinstance(fn, types.FunctionType) else kernel
+
+
+def _is_jit(obj):
+    return isinstance(getattr(obj, "fn", None), types.FunctionType) and (
+        hasattr(obj, "arg_names") or hasattr(obj, "src"))
+
+
+def _source(fn):
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        src = getattr(fn, "src", None)
+        if src is None:
+            # No source to hash: fall back to the bytecode, still changes
+            # when the function changes.
+            code = fn.__code__
+            return repr((code.co_code, code.co_consts, code.co_names))
+        return src
+
+
+def _referenced_names(code):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _referenced_names(const)
+    return names
+
+
+def kernel_fingerprint(kernel):
+    """16-hex-digit hash of the kernel and the jit functions it calls.
+
+    Globals the kernel reads that are plain constants (ints, floats, strings,
+    tl.constexpr values) are hashed too: they are baked into the code.
+    """
+    cached = _FINGERPRINTS.get(id(kernel))
+    if cached is not None and cached[0] is kernel:
+        return cached[1]
+    parts = []
+    seen = set()
+    stack = [kernel]
+    while stack:
+        obj = stack.pop()
+        fn = _python_function(obj)
+        name = f"{getattr(fn, '__module__', '?')}.{fn.__qualname__}"
+        if name in seen:
+            continue
+        seen.add(name)
+        parts.append((name, _source(fn)))
+        env = getattr(fn, "__globals__", {})
+        for ref in sorted(_referenced_names(fn.__code__)):
+            value = env.get(ref)
+            if value is None:
+                continue
+            if _is_jit(value):
+                stack.append(value)
+            elif isinstance(value, (int, float, str, bool)):
+                parts.append((f"{name}:{ref}", repr(value)))
+            elif type(value).__name__ == "constexpr":
+                parts.append((f"{name}:{ref}", repr(getattr(value, "value",
+                                                            value))))
+    digest = hashlib.sha256()
+    for name, text in sorted(parts):
+        digest.update(name.encode())
+        digest.update(b"\0")
+        digest.update(text.encode())
+        digest.update(b"\0")
+    fingerprint = digest.hexdigest()[:16]
+    _FINGERPRINTS[id(kernel)] = (kernel, fingerprint)
+    return fingerprint
+
+
+def _dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def fusion_signature(key_values, dtypes, constants):
+    """Canonical signature string: key argument values, tensor dtypes, and
+    the constexpr arguments that are not tuned. Readable on purpose: it is
+    what a reviewer sees in a cache diff.
+
+    key_values / constants: sequences of (name, value); dtypes: sequence of
+    (name, dtype).
+    """
+    parts = [",".join(f"{k}={v}" for k, v in key_values)]
+    parts.append("dtypes=" + ",".join(f"{k}:{_dtype_name(d)}"
+                                      for k, d in dtypes))
+    if constants:
+        parts.append(",".join(f"{k}={v}" for k, v in constants))
+    return ";".join(parts)
+
+
+def parse_signature_keys(signature):
+    """Key-argument values of a signature as {name: number}, for the search
+    of the nearest tuned shape. Non-numeric values are dropped."""
+    head = signature.split(";", 1)[0]
+    out = {}
+    for item in head.split(","):
+        name, sep, value = item.partition("=")
+        if not sep:
+            continue
+        try:
+            out[name] = float(value)
+        except ValueError:
+            pass
+    return out
+
+
+def signature_shape_class(signature):
+    """Everything of a signature but the key values: fusions that differ
+    only in shape share it, and may reuse each other's configs."""
+    head, _, rest = signature.partition(";")
+    names = ",".join(item.partition("=")[0] for item in head.split(","))
+    return names + ";" + rest
+
+
+def make_key(device, kernel_name, fingerprint, signature):
+    return CacheKey(device, kernel_name, fingerprint, signature, KEY_VERSION)
+
+
+def file_name(key):
+    """Per-fusion cache file name: the kernel name, for people, and a hash of
+    the whole key, for uniqueness."""
+    digest = hashlib.sha256("\0".join(
+        [key.device, key.kernel, key.fingerprint, key.signature,
+         str(key.key_version)]).encode()).hexdigest()[:32]
+    safe = "".join(c if c.isalnum() or c in "_-" else "_"
+                   for c in key.kernel)[:64]
+    return f"{safe}.{digest}.textproto"

@@ -1,0 +1,150 @@
+"""AUTOTUNE_FLAGS: absl-style flags in one environment variable, as XLA_FLAGS
+works for XLA, so a Bazel `env` attribute can configure a test.
+
+    AUTOTUNE_FLAGS="--load_autotune_results_from=TEST_WORKSPACE/testdata/c.textproto
+                    --require_complete_autotune_results"
+
+Every flag has a keyword of the same name in autotune.configure().
+"""
+import dataclasses
+import os
+import shlex
+
+from absl import flags as absl_flags
+
+ENV_VAR = "AUTOTUNE_FLAGS"
+MISS_POLICIES = ("tune", "nearest", "seeded")
+
+
+class AutotuneFlagsError(Exception):
+    pass
+
+
+@dataclasses.dataclass
+class Options:
+    per_fusion_autotune_cache_dir: str = None
+    autotune_cache_mode: str = "update"
+    dump_autotune_results_to: str = None
+    load_autotune_results_from: list = dataclasses.field(default_factory=list)
+    require_complete_autotune_results: bool = False
+    autotune_backend: str = "auto"
+    autotune_miss_policy: str = "tune"
+    autotune_expected_gpu: str = None
+    autotune_report_to: str = None
+    autotune_fail_if_sharded: bool = False
+
+
+def _define(values):
+    absl_flags.DEFINE_string(
+        "per_fusion_autotune_cache_dir", None,
+        "Directory with one cache file per fusion, shared by runs and "
+        "processes. Must exist.", flag_values=values)
+    absl_flags.DEFINE_enum(
+        "autotune_cache_mode", "update", ["update", "read"],
+        "update: add tuned fusions to the per-fusion directory; read: never "
+        "write it.", flag_values=values)
+    absl_flags.DEFINE_string(
+        "dump_autotune_results_to", None,
+        "Write the results used by this run to this file at exit (.txt, "
+        ".textproto, .pbtxt: text format; otherwise binary).",
+        flag_values=values)
+    absl_flags.DEFINE_list(
+        "load_autotune_results_from", [],
+        "Comma-separated results files to load at start.", flag_values=values)
+    absl_flags.DEFINE_bool(
+        "require_complete_autotune_results", False,
+        "Fail on any cache miss, listing every missing fusion.",
+        flag_values=values)
+    absl_flags.DEFINE_enum(
+        "autotune_backend", "auto", ["auto", "gpu", "interpreter"],
+        "auto: the GPU when one is visible, else Triton's interpreter.",
+        flag_values=values)
+    absl_flags.DEFINE_enum(
+        "autotune_miss_policy", "tune", list(MISS_POLICIES),
+        "On a miss: tune (full search), nearest (reuse the nearest tuned "
+        "shape's config without tuning), seeded (short search from "
+        "neighbours).", flag_values=values)
+    absl_flags.DEFINE_string(
+        "autotune_expected_gpu", None,
+        "Fail unless the device key contains this GPU name (for example "
+        "H200): a cache tuned for one GPU type is not run on another.",
+        flag_values=values)
+    absl_flags.DEFINE_string(
+        "autotune_report_to", None,
+        "JSON report path (default: TEST_UNDECLARED_OUTPUTS_DIR/"
+        "autotune_report.json when that is set).", flag_values=values)
+    absl_flags.DEFINE_bool(
+        "autotune_fail_if_sharded", False,
+        "Fail when run as one shard of several (dump targets set this: a "
+        "dump must see every fusion).", flag_values=values)
+
+
+def flag_names():
+    return [f.name for f in dataclasses.fields(Options)]
+
+
+def resolve_path(path, env=None, flag="path"):
+    """Expands the TEST_WORKSPACE/ and TEST_UNDECLARED_OUTPUTS_DIR/ prefixes
+    from the environment, as XLA does."""
+    env = os.environ if env is None else env
+    if path is None:
+        return None
+    if path.startswith("TEST_WORKSPACE/"):
+        srcdir, workspace = env.get("TEST_SRCDIR"), env.get("TEST_WORKSPACE")
+        if not srcdir or not workspace:
+            raise AutotuneFlagsError(
+                f"--{flag}={path}: TEST_WORKSPACE/ needs TEST_SRCDIR and "
+                "TEST_WORKSPACE in the environment (set by bazel test)")
+        return os.path.join(srcdir, workspace, path[len("TEST_WORKSPACE/"):])
+    if path.startswith("TEST_UNDECLARED_OUTPUTS_DIR/"):
+        outdir = env.get("TEST_UNDECLARED_OUTPUTS_DIR")
+        if not outdir:
+            raise AutotuneFlagsError(
+                f"--{flag}={path}: TEST_UNDECLARED_OUTPUTS_DIR is not set "
+                "(it is set by bazel test)")
+        return os.path.join(outdir, path[len("TEST_UNDECLARED_OUTPUTS_DIR/"):])
+    return path
+
+
+def parse(text, env=None):
+    """Parses an AUTOTUNE_FLAGS value into Options, resolving path prefixes."""
+    values = absl_flags.FlagValues()
+    _define(values)
+    try:
+        argv = shlex.split(text or "")
+    except ValueError as e:
+        raise AutotuneFlagsError(f"{ENV_VAR}: cannot split {text!r}: {e}")
+    for arg in argv:
+        if not arg.startswith("-"):
+            raise AutotuneFlagsError(
+                f"{ENV_VAR}: {arg!r} is not a flag (flags look like "
+                "--name=value)")
+    try:
+        values(["autotune"] + argv, known_only=False)
+    except absl_flags.UnrecognizedFlagError as e:
+        raise AutotuneFlagsError(
+            f"{ENV_VAR}: unknown flag --{e.flagname}; known flags: "
+            + ", ".join("--" + n for n in flag_names()))
+    except absl_flags.Error as e:
+        raise AutotuneFlagsError(f"{ENV_VAR}: {e}")
+    options = Options(**{name: values[name].value for name in flag_names()})
+    return resolve_options(options, env)
+
+
+def resolve_options(options, env=None):
+    options.per_fusion_autotune_cache_dir = resolve_path(
+        options.per_fusion_autotune_cache_dir, env,
+        "per_fusion_autotune_cache_dir")
+    options.dump_autotune_results_to = resolve_path(
+        options.dump_autotune_results_to, env, "dump_autotune_results_to")
+    options.autotune_report_to = resolve_path(
+        options.autotune_report_to, env, "autotune_report_to")
+    options.load_autotune_results_from = [
+        resolve_path(p, env, "load_autotune_results_from")
+        for p in options.load_autotune_results_from or []]
+    return options
+
+
+def from_environment(env=None):
+    env = os.environ if env is None else env
+    return parse(env.get(ENV_VAR, ""), env)

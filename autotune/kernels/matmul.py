@@ -1,0 +1,87 @@
+"""C = activation(A @ B + bias): a matmul with a fused epilogue."""
+import torch
+import triton
+import triton.language as tl
+
+from autotune import Config, autotune
+
+
+@triton.jit
+def _apply_activation(x, ACTIVATION: tl.constexpr):
+    if ACTIVATION == "relu":
+        x = tl.maximum(x, 0.0)
+    elif ACTIVATION == "leaky_relu":
+        x = tl.where(x >= 0, x, 0.01 * x)
+    return x
+
+
+CONFIGS = [
+    Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 4},
+           num_warps=w, num_stages=s)
+    for bm, bn, bk, w, s in [
+        (16, 16, 16, 2, 2), (16, 32, 16, 4, 2), (32, 16, 32, 4, 3),
+        (32, 32, 32, 4, 3), (64, 32, 32, 4, 4), (32, 64, 32, 8, 4)]
+]
+
+
+def _reference(a, b, bias, c, M, N, K, stride_am, stride_ak, stride_bk,
+               stride_bn, stride_cm, stride_cn, ACTIVATION, **_):
+    c.copy_(reference(a, b, bias, ACTIVATION).to(c.dtype))
+
+
+@autotune(configs=CONFIGS, key=["M", "N", "K"], reference=_reference,
+          outputs=["c"])
+@triton.jit
+def matmul_bias_act_kernel(a, b, bias, c, M, N, K, stride_am, stride_ak,
+                           stride_bk, stride_bn, stride_cm, stride_cn,
+                           ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                           GROUP_M: tl.constexpr):
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    # Grouped ordering: neighbouring programs share tiles of A in L2.
+    group = pid // (GROUP_M * num_n)
+    first_m = group * GROUP_M
+    group_size = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size)
+    pid_n = (pid % (GROUP_M * num_n)) // group_size
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        kk = k * BLOCK_K + rk
+        a_tile = tl.load(a + rm[:, None] * stride_am + kk[None, :] * stride_ak,
+                         mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b_tile = tl.load(b + kk[:, None] * stride_bk + rn[None, :] * stride_bn,
+                         mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a_tile, b_tile)
+    acc += tl.load(bias + rn, mask=rn < N, other=0.0)[None, :]
+    acc = _apply_activation(acc, ACTIVATION)
+    tl.store(c + rm[:, None] * stride_cm + rn[None, :] * stride_cn,
+             acc.to(c.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def matmul_bias_act(a, b, bias, activation="relu"):
+    M, K = a.shape
+    K2, N = b.shape
+    assert K == K2 and bias.shape == (N,)
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"])  # noqa: E731
+                         * triton.cdiv(N, meta["BLOCK_N"]),)
+    matmul_bias_act_kernel[grid](a, b, bias, c, M, N, K, a.stride(0),
+                                 a.stride(1), b.stride(0), b.stride(1),
+                                 c.stride(0), c.stride(1),
+                                 ACTIVATION=activation)
+    return c
+
+
+def reference(a, b, bias, activation="relu"):
+    out = a.float() @ b.float() + bias.float()
+    if activation == "relu":
+        out = torch.relu(out)
+    elif activation == "leaky_relu":
+        out = torch.nn.functional.leaky_relu(out, 0.01)
+    return out.to(a.dtype)

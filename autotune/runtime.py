@@ -1,0 +1,462 @@
+"""The autotuning session and the decorator that tests use.
+
+    @autotune.autotune(configs=[autotune.Config({"BLOCK": 64}, num_warps=4)],
+                       key=["n_cols"])
+    @triton.jit
+    def kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr): ...
+
+    kernel[grid](x, y, n_cols)
+
+A call computes its fusion key from the key arguments, tensor dtypes and
+the untuned constexprs; looks the key up (memory -> loaded results files ->
+per-fusion directory); on a hit launches with the cached config without any
+benchmarking; on a miss tunes, stores and launches. One Session per process
+holds the caches and the statistics and writes the dump and the report at
+exit.
+"""
+import atexit
+import json
+import os
+import sys
+import threading
+import time
+
+from autotune import backends, cache_key, flags, results_io, tuner
+from autotune.cache_storage import (CacheConflictError, PerFusionDirectory,
+                                    ResultsCache)
+from autotune.records import Config, Entry
+from autotune.results_io import CacheFileError
+
+
+class AutotuneError(Exception):
+    """A configuration or cache problem that stops the run."""
+
+
+class AutotuneCacheMissError(AutotuneError):
+    """Raised in require-complete mode; lists every miss seen so far."""
+
+    def __init__(self, misses):
+        self.misses = list(misses)
+        lines = "\n".join(f"  - {k.kernel} [{k.signature}] on {k.device}"
+                          for k in self.misses)
+        super().__init__(
+            f"require_complete_autotune_results: {len(self.misses)} "
+            f"fusion(s) missing from the autotune cache:\n{lines}\n"
+            "Regenerate the cache (tools/regenerate.py) and commit it.")
+
+
+class Stats:
+    def __init__(self):
+        self.hits = 0
+        self.misses = 0
+        self.tuned = 0
+        self.nearest = 0
+        self.candidate_benchmarks = 0
+        self.tuning_seconds = 0.0
+        self.saved_seconds = 0.0
+        self.fusions = {}  # CacheKey -> {"status":, "source":}
+
+    def as_dict(self):
+        return {"hits": self.hits, "misses": self.misses,
+                "tuned": self.tuned, "nearest": self.nearest,
+                "candidate_benchmarks": self.candidate_benchmarks,
+                "tuning_seconds": round(self.tuning_seconds, 3),
+                "saved_seconds": round(self.saved_seconds, 3)}
+
+
+def _saved_by(entry):
+    """Tuning time a hit saves: recorded at tuning time; for older entries,
+    the sum of the measured candidate times is a lower bound."""
+    prov = entry.provenance
+    if prov.tuning_seconds:
+        return prov.tuning_seconds
+    return sum(c.run_time_us for c in entry.candidates) / 1e6
+
+
+class Session:
+    def __init__(self, options=None, backend=None):
+        self.options = options or flags.Options()
+        self.lock = threading.RLock()
+        self.stats = Stats()
+        self.miss_keys = []
+        self.finished = False
+        self.load_reports = []
+        self._check_sharding()
+        self.backend = backend or backends.select_backend(
+            self.options.autotune_backend)
+        self.device_key = self.backend.device_key()
+        self._check_expected_gpu()
+        per_fusion = None
+        if self.options.per_fusion_autotune_cache_dir:
+            per_fusion = PerFusionDirectory(
+                self.options.per_fusion_autotune_cache_dir,
+                self.options.autotune_cache_mode)
+        self.cache = ResultsCache(self.device_key, per_fusion)
+        for path in self.options.load_autotune_results_from:
+            self._load(path)
+        dump = self.options.dump_autotune_results_to
+        if dump and not os.path.isdir(os.path.dirname(os.path.abspath(dump))):
+            raise AutotuneError(
+                f"--dump_autotune_results_to={dump}: directory "
+                f"{os.path.dirname(os.path.abspath(dump))} does not exist")
+
+    def _check_sharding(self):
+        total = int(os.environ.get("TEST_TOTAL_SHARDS", "1") or "1")
+        if self.options.autotune_fail_if_sharded and total > 1:
+            target = os.environ.get("TEST_TARGET", "this dump target")
+            raise AutotuneError(
+                f"{target} dumps an autotune cache and must run unsharded, "
+                f"but it runs as shard "
+                f"{int(os.environ.get('TEST_SHARD_INDEX', '0')) + 1} of "
+                f"{total}: each shard would see only part of the fusions. "
+                f"Run `bazel test {target} --test_sharding_strategy=disabled`"
+                ", or python tools/regenerate.py, which does.")
+
+    def _check_expected_gpu(self):
+        want = self.options.autotune_expected_gpu
+        if want and want.lower() not in self.device_key.lower():
+            raise AutotuneError(
+                f"--autotune_expected_gpu={want}: this run is on "
+                f"{self.device_key}; the cache was tuned for {want}. Run on a "
+                f"{want}, or regenerate the cache for this GPU.")
+
+    def _load(self, path):
+        try:
+            loaded = self.cache.load_file(path)
+        except (CacheFileError, CacheConflictError) as e:
+            raise AutotuneError(f"cannot load autotune results: {e}")
+        usable = self.cache.usable_in(loaded)
+        devices = ", ".join(f"{d}: {n}" for d, n in
+                            sorted(loaded.by_device.items())) or "none"
+        line = (f"autotune: loaded {path}: {len(loaded.entries)} entries "
+                f"({devices}); usable on {self.device_key}: {usable}")
+        if loaded.entries and not usable:
+            line += " -- none for this device, every fusion will miss"
+        self.load_reports.append({"path": path,
+                                  "entries": len(loaded.entries),
+                                  "by_device": dict(loaded.by_device),
+                                  "usable": usable})
+        print(line, file=sys.stderr)
+
+    # -- lookups ---------------------------------------------------------
+    def resolve(self, key, tune_fn, neighbours_fn=None):
+        """Returns the Entry for `key`: from a cache, or by calling
+        tune_fn(seeds) on a miss, following the miss policy."""
+        with self.lock:
+            entry, source = self.cache.lookup(key)
+            if entry is not None:
+                if source != "memory":
+                    self.stats.hits += 1
+                    self.stats.saved_seconds += _saved_by(entry)
+                    self.stats.fusions[key] = {"status": "hit",
+                                               "source": source}
+                    self.cache.remember(entry)
+                return entry
+            self.stats.misses += 1
+            self.miss_keys.append(key)
+            if self.options.require_complete_autotune_results:
+                self.stats.fusions[key] = {"status": "missed", "source": None}
+                raise AutotuneCacheMissError(self.miss_keys)
+            policy = self.options.autotune_miss_policy
+            neighbours = neighbours_fn() if neighbours_fn else []
+            if policy == "nearest" and neighbours:
+                entry = neighbours[0].replace(
+                    key=key, candidates=(),
+                    provenance=neighbours[0].provenance._replace(
+                        tuner="nearest", tuning_seconds=0.0))
+                self.stats.nearest += 1
+                self.stats.fusions[key] = {
+                    "status": "nearest",
+                    "source": neighbours[0].key.signature}
+                self.cache.remember(entry)
+                return entry
+            seeds = [n.best for n in neighbours] if policy == "seeded" else []
+            entry = tune_fn(seeds)
+            self.stats.tuned += 1
+            self.stats.tuning_seconds += entry.provenance.tuning_seconds
+            self.stats.fusions[key] = {"status": "tuned", "source": None}
+            return self.cache.store(entry)
+
+    def count_benchmark(self):
+        self.stats.candidate_benchmarks += 1
+
+    # -- exit ------------------------------------------------------------
+    def dump_entries(self):
+        """The results this run used: hits and tuned fusions, this device."""
+        return [e for e in self.cache.memory.values()]
+
+    def summary_line(self):
+        s = self.stats
+        line = (f"autotune: {len(s.fusions)} fusions on {self.device_key}: "
+                f"{s.hits} hit, {s.tuned} tuned, {s.misses} missed"
+                + (f" ({s.nearest} served by nearest shape)" if s.nearest
+                   else "")
+                + f"; {s.candidate_benchmarks} candidate benchmarks, "
+                f"{s.tuning_seconds:.2f} s tuning, "
+                f"{s.saved_seconds:.2f} s saved by hits")
+        return line
+
+    def report(self):
+        fusions = [
+            {"kernel": k.kernel, "signature": k.signature, "device": k.device,
+             **v} for k, v in sorted(self.stats.fusions.items())]
+        return {"device": self.device_key, **self.stats.as_dict(),
+                "loaded": self.load_reports,
+                "missing": [{"kernel": k.kernel, "signature": k.signature,
+                             "device": k.device} for k in self.miss_keys],
+                "fusions": fusions}
+
+    def finish(self):
+        """Dumps the results file if asked and writes the report. Called at
+        exit; safe to call earlier (later calls do nothing)."""
+        with self.lock:
+            if self.finished:
+                return
+            self.finished = True
+            dump = self.options.dump_autotune_results_to
+            if dump:
+                entries = self.dump_entries()
+                results_io.dump_results(entries, dump)
+                print(f"autotune: dumped {len(entries)} entries to {dump}",
+                      file=sys.stderr)
+            print(self.summary_line(), file=sys.stderr)
+            report_path = self.options.autotune_report_to
+            if not report_path and os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR"):
+                report_path = os.path.join(
+                    os.environ["TEST_UNDECLARED_OUTPUTS_DIR"],
+                    "autotune_report.json")
+            if report_path:
+                results_io.atomic_write(report_path, json.dumps(
+                    self.report(), indent=2, sort_keys=True).encode() + b"\n")
+
+
+_SESSION = None
+_SESSION_LOCK = threading.Lock()
+
+
+def session():
+    """The process-wide session, created from AUTOTUNE_FLAGS on first use."""
+    global _SESSION
+    if _SESSION is None:
+        with _SESSION_LOCK:
+            if _SESSION is None:
+                try:
+                    options = flags.from_environment()
+                except flags.AutotuneFlagsError as e:
+                    raise AutotuneError(str(e)) from None
+                _SESSION = Session(options)
+    return _SESSION
+
+
+def configure(backend=None, **options):
+    """Python API mirroring AUTOTUNE_FLAGS: keyword names are the flag names
+    (per_fusion_autotune_cache_dir=..., load_autotune_results_from=[...]).
+    Replaces the current session (finishing it first)."""
+    global _SESSION
+    unknown = set(options) - set(flags.flag_names())
+    if unknown:
+        raise AutotuneError(f"unknown option(s): {', '.join(sorted(unknown))};"
+                            f" known: {', '.join(flags.flag_names())}")
+    if isinstance(options.get("load_autotune_results_from"), str):
+        options["load_autotune_results_from"] = [
+            options["load_autotune_results_from"]]
+    try:
+        opts = flags.resolve_options(flags.Options(**options))
+    except flags.AutotuneFlagsError as e:
+        raise AutotuneError(str(e)) from None
+    with _SESSION_LOCK:
+        if _SESSION is not None:
+            _SESSION.finish()
+        _SESSION = Session(opts, backend=backend)
+    return _SESSION
+
+
+def _finish_at_exit():
+    current = _SESSION
+    if current is None:
+        return
+    try:
+        current.finish()
+    except Exception as e:  # exit path: report, and fail the process
+        print(f"autotune: error at exit: {e}", file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+
+
+atexit.register(_finish_at_exit)
+
+
+def _constexpr_args(fn):
+    """Names of the kernel's tl.constexpr parameters."""
+    import inspect
+    out = set()
+    for name, param in inspect.signature(fn).parameters.items():
+        ann = param.annotation
+        text = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+        if "constexpr" in str(text):
+            out.add(name)
+    return out
+
+
+class Autotuner:
+    """Stands where triton.autotune stands: kernel[grid](*args, **kwargs)."""
+
+    def __init__(self, kernel, configs=None, key=(), reference=None,
+                 restore_value=None, outputs=None, rtol=None, atol=None,
+                 name=None, space=None, search="exhaustive", budget=None,
+                 seed=0, timeout_s=60.0):
+        self.kernel = kernel
+        fn = cache_key._python_function(kernel)
+        self.name = name or fn.__name__
+        self.arg_names = list(getattr(kernel, "arg_names", None)
+                              or fn.__code__.co_varnames[:fn.__code__.co_argcount])
+        self.key = list(key)
+        for k in self.key:
+            if k not in self.arg_names:
+                raise AutotuneError(f"{self.name}: key argument {k!r} is not "
+                                    f"an argument of the kernel")
+        self.space = space
+        self.configs = list(configs) if configs else []
+        if not self.configs and space is None:
+            raise AutotuneError(f"{self.name}: give configs or a space")
+        tuned = set()
+        for config in self.configs or []:
+            tuned |= set(config.kwargs)
+        if space is not None:
+            tuned |= set(space.param_names)
+        self.tuned_names = tuned
+        self.constexpr_names = sorted(_constexpr_args(fn) - tuned
+                                      - set(self.key))
+        self.reference = reference
+        self.restore_value = restore_value
+        self.outputs = outputs
+        self.rtol, self.atol = rtol, atol
+        self.search = search
+        self.budget = budget
+        self.seed = seed
+        self.timeout_s = timeout_s
+        self._fingerprint = None
+        self._memo = {}
+        self._session = None
+
+    @property
+    def fingerprint(self):
+        if self._fingerprint is None:
+            self._fingerprint = cache_key.kernel_fingerprint(self.kernel)
+        return self._fingerprint
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+    def _bind(self, args, kwargs):
+        named = dict(zip(self.arg_names, args))
+        named.update(kwargs)
+        return named
+
+    def fusion_key(self, named):
+        """Cheap part of the key: a tuple, memoized to the full CacheKey."""
+        values = tuple(named[k] for k in self.key)
+        dtypes = tuple(getattr(v, "dtype", None) for v in named.values())
+        consts = tuple(named.get(k) for k in self.constexpr_names)
+        return values, dtypes, consts
+
+    def _full_key(self, sess, named):
+        key_values = [(k, named[k]) for k in self.key]
+        dtypes = [(k, v.dtype) for k, v in named.items()
+                  if hasattr(v, "dtype")]
+        consts = [(k, named[k]) for k in sorted(self.constexpr_names)
+                  if k in named]
+        signature = cache_key.fusion_signature(key_values, dtypes, consts)
+        return cache_key.make_key(sess.device_key, self.name,
+                                  self.fingerprint, signature)
+
+    def lookup_config(self, *args, **kwargs):
+        """The config a call with these arguments would launch with (tuning
+        on a miss)."""
+        named = self._bind(args, kwargs)
+        return self._resolve(named, grid=None, args=args, kwargs=kwargs)
+
+    def _resolve(self, named, grid, args, kwargs):
+        sess = session()
+        if sess is not self._session:
+            self._memo.clear()
+            self._session = sess
+        fast = self.fusion_key(named)
+        config = self._memo.get(fast)
+        if config is not None:
+            return config
+        key = self._full_key(sess, named)
+        entry = sess.resolve(
+            key, lambda seeds: self._tune(sess, key, named, grid, args,
+                                          kwargs, seeds),
+            lambda: self._neighbours(sess, key))
+        self._memo[fast] = entry.best
+        return entry.best
+
+    def run(self, *args, grid, **kwargs):
+        named = self._bind(args, kwargs)
+        config = self._resolve(named, grid, args, kwargs)
+        return self._launch(config, grid, args, kwargs, named)
+
+    def _launch(self, config, grid, args, kwargs, named):
+        if callable(grid):
+            meta = dict(named)
+            meta.update(config.all_kwargs())
+            grid = grid(meta)
+        return self.kernel[grid](*args, **kwargs, **config.all_kwargs())
+
+    def _neighbours(self, sess, key):
+        from autotune.search import reuse
+        return reuse.neighbours(sess.cache, key)
+
+    def _candidate_configs(self, seeds):
+        if self.space is None:
+            return list(seeds) + self.configs
+        return None
+
+    def _tune(self, sess, key, named, grid, args, kwargs, seeds):
+        if grid is None:
+            raise AutotuneError(f"{self.name}: miss for {key.describe()} in "
+                                "lookup_config(); call the kernel to tune it")
+        tensors = {k: v for k, v in named.items() if hasattr(v, "copy_")}
+        reference = None
+        if self.reference is not None:
+            def reference(**_tensors):
+                self.reference(**named)
+        evaluator = tuner.CandidateEvaluator(
+            sess.backend,
+            lambda config: self._launch(config, grid, args, kwargs, named),
+            tensors, outputs=self.outputs, reference=reference,
+            rtol=self.rtol, atol=self.atol, timeout_s=self.timeout_s,
+            restore=self.restore_value, on_benchmark=sess.count_benchmark)
+        if self.space is None or self.search == "exhaustive":
+            configs = self.configs if self.space is None else \
+                self.space.configs()
+            configs = list(seeds) + [c for c in configs if c not in seeds]
+            result = tuner.run_candidates(evaluator, configs)
+        else:
+            from autotune.search import evolutionary
+            result = evolutionary.tune_with_search(
+                evaluator, self.space, budget=self.budget, seed=self.seed,
+                seeds=seeds)
+        return Entry(key, result.best.config, result.best.run_time_us,
+                     sorted(result.candidates,
+                            key=lambda c: c.config.sort_key),
+                     tuner.provenance_for(sess.backend, result))
+
+
+def autotune(configs=None, key=(), **options):
+    """Decorator form: @autotune(configs=[...], key=[...]) over @triton.jit."""
+    def wrap(kernel):
+        return Autotuner(kernel, configs=configs, key=key, **options)
+    return wrap
+
+
+def tune(kernel, configs, key=(), **options):
+    """Plain function form: autotune.tune(kernel, configs, key=[...])."""
+    return Autotuner(kernel, configs=configs, key=key, **options)
+
+
+__all__ = ["Autotuner", "autotune", "tune", "configure", "session", "Config",
+           "AutotuneError", "AutotuneCacheMissError"]

@@ -1,0 +1,93 @@
+"""Search spaces: parameters with value lists, plus constraints.
+
+    Space({"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128]},
+          constraints=["BLOCK_M * BLOCK_N <= 8192"],
+          num_warps=[4, 8], num_stages=[2, 3])
+
+A constraint is a Python expression over the parameter names (num_warps
+and num_stages included) or a callable taking a dict of them.
+"""
+import itertools
+
+from autotune.records import Config
+
+LAUNCH_OPTIONS = ("num_warps", "num_stages")
+
+
+class SpaceError(Exception):
+    pass
+
+
+class Space:
+    def __init__(self, params, constraints=(), num_warps=(4,),
+                 num_stages=(2,)):
+        if not params and len(num_warps) * len(num_stages) == 0:
+            raise SpaceError("empty search space: no parameters")
+        self.params = {name: list(values) for name, values in params.items()}
+        for name, values in self.params.items():
+            if not values:
+                raise SpaceError(f"parameter {name} has no values")
+        self.launch = {"num_warps": list(num_warps),
+                       "num_stages": list(num_stages)}
+        self.constraints = [self._compile(c) for c in constraints]
+        self._configs = None
+
+    @property
+    def param_names(self):
+        return list(self.params)
+
+    @property
+    def dimensions(self):
+        """(name, values) of every dimension, launch options included."""
+        return list(self.params.items()) + list(self.launch.items())
+
+    @staticmethod
+    def _compile(constraint):
+        if callable(constraint):
+            return constraint, getattr(constraint, "__name__", repr(constraint))
+        try:
+            code = compile(constraint, "<constraint>", "eval")
+        except SyntaxError as e:
+            raise SpaceError(f"constraint {constraint!r} is not a Python "
+                             f"expression: {e.msg}")
+        return (lambda values: eval(code, {"__builtins__": {
+            "min": min, "max": max, "abs": abs}}, values)), constraint
+
+    def allows(self, values):
+        for check, text in self.constraints:
+            try:
+                if not check(dict(values)):
+                    return False
+            except Exception as e:
+                raise SpaceError(f"constraint {text!r} raised "
+                                 f"{type(e).__name__}: {e} for {values}")
+        return True
+
+    def config_of(self, values):
+        kwargs = {k: values[k] for k in self.params}
+        return Config(kwargs, values.get("num_warps", 4),
+                      values.get("num_stages", 2))
+
+    def values_of(self, config):
+        values = dict(config.kwargs)
+        values["num_warps"] = config.num_warps
+        values["num_stages"] = config.num_stages
+        return values
+
+    def configs(self):
+        """Every config that satisfies the constraints, in a fixed order."""
+        if self._configs is None:
+            names = [n for n, _ in self.dimensions]
+            out = []
+            for combo in itertools.product(*(v for _, v in self.dimensions)):
+                values = dict(zip(names, combo))
+                if self.allows(values):
+                    out.append(self.config_of(values))
+            if not out:
+                raise SpaceError("the search space is empty after applying "
+                                 f"{len(self.constraints)} constraint(s)")
+            self._configs = out
+        return self._configs
+
+    def __len__(self):
+        return len(self.configs())
