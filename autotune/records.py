@@ -170,22 +170,39 @@ class Entry:
     number of objects the garbage collector tracks low.
     """
 
-    __slots__ = ("key", "best", "run_time_us", "_candidates", "_provenance",
+    __slots__ = ("key", "_best", "_run_time_us", "_candidates", "_provenance",
                  "_decode")
 
     def __init__(self, key, best, run_time_us, candidates=(),
                  provenance=EMPTY_PROVENANCE, decode=None):
+        # best=None with a decoder: the best config and its time are decoded
+        # on first use too (binary files: a lookup touches few entries).
         self.key = key
-        self.best = best
-        self.run_time_us = float(run_time_us)
+        self._best = best
+        self._run_time_us = float(run_time_us) if best is not None else None
         self._candidates = tuple(candidates) if decode is None else None
         self._provenance = provenance if decode is None else None
         self._decode = decode
 
     def _materialize(self):
         decoder, payload = self._decode
+        if self._best is None:
+            self._best, self._run_time_us = decoder.head(payload)
         self._candidates, self._provenance = decoder(payload)
         self._decode = None
+
+    @property
+    def best(self):
+        if self._best is None:
+            decoder, payload = self._decode
+            self._best, self._run_time_us = decoder.head(payload)
+        return self._best
+
+    @property
+    def run_time_us(self):
+        if self._best is None:
+            self.best  # noqa: B018 -- decodes best and its run time
+        return self._run_time_us
 
     @property
     def candidates(self):

@@ -87,8 +87,21 @@ def entry_to_pb(entry, msg=None):
 class _PbRestDecoder:
     """Decodes the candidates and provenance of a binary entry on demand."""
 
-    def __init__(self, config_memo):
+    def __init__(self, config_memo, source="<memory>"):
         self.memo = config_memo
+        self.source = source
+
+    def head(self, msg):
+        b = msg.best
+        raw = (b.params, b.num_warps, b.num_stages, b.num_ctas)
+        best = self.memo.get(raw)
+        if best is None:
+            try:
+                best = self.memo[raw] = config_from_pb(b)
+            except ValueError as e:
+                raise CacheFileError(self.source, f"entry for kernel "
+                                     f"{msg.kernel} [{msg.signature}]: {e}")
+        return best, msg.run_time_us
 
     def __call__(self, msg):
         memo = self.memo
@@ -114,22 +127,13 @@ def _memo_config_pb(msg, memo):
 
 def entries_from_pb(results, source, config_memo=None):
     memo = {} if config_memo is None else config_memo
-    rest = _PbRestDecoder(memo)
+    rest = _PbRestDecoder(memo, source)
     out = []
     append = out.append
     for msg in results.entries:
-        key = CacheKey(msg.device, msg.kernel, msg.fingerprint, msg.signature,
-                       msg.key_version)
-        b = msg.best
-        raw = (b.params, b.num_warps, b.num_stages, b.num_ctas)
-        best = memo.get(raw)
-        if best is None:
-            try:
-                best = memo[raw] = config_from_pb(b)
-            except ValueError as e:
-                raise CacheFileError(source,
-                                     f"entry for {key.describe()}: {e}")
-        append(Entry(key, best, msg.run_time_us, decode=(rest, msg)))
+        append(Entry(CacheKey(msg.device, msg.kernel, msg.fingerprint,
+                              msg.signature, msg.key_version),
+                     None, 0.0, decode=(rest, msg)))
     return out
 
 
@@ -189,6 +193,7 @@ class _Encoder:
 
     def __init__(self):
         self.fields = {}
+        self.ok_prefixes = {}
 
     def _memo(self, kind, value, make):
         # Keyed by identity where values are shared objects; entries keep
@@ -211,15 +216,24 @@ class _Encoder:
                  _int_field(b"\x28", key.key_version),
                  best,
                  _double_field(b"\x39", entry.run_time_us)]
-        for cand in entry.candidates:
-            body = memo("cand", cand.config,
+        ok_prefixes = self.ok_prefixes
+        for config, run_time, failure, detail in entry.candidates:
+            if failure == "NONE" and not detail and run_time:
+                # A measured candidate: a fixed prefix per config + 8 bytes.
+                prefix = ok_prefixes.get(id(config))
+                if prefix is None:
+                    body = _len_field(b"\x0a", _encode_config(config))
+                    prefix = ok_prefixes[id(config)] = (
+                        b"\x42" + _varint(len(body) + 9) + body + b"\x11")
+                parts.append(prefix + _DOUBLE(run_time))
+                continue
+            body = memo("cand", config,
                         lambda c: _len_field(b"\x0a", _encode_config(c)))
-            if cand.run_time_us:
-                body += _double_field(b"\x11", cand.run_time_us)
-            if cand.failure != "NONE":
-                body += b"\x18" + _varint(FAILURE_KINDS.index(cand.failure))
-            if cand.failure_detail:
-                body += _str_field(b"\x22", cand.failure_detail)
+            body += _double_field(b"\x11", run_time)
+            if failure != "NONE":
+                body += b"\x18" + _varint(FAILURE_KINDS.index(failure))
+            if detail:
+                body += _str_field(b"\x22", detail)
             parts.append(_len_field(b"\x42", body))
         parts.append(memo("prov", entry.provenance, self._provenance))
         return b"".join(parts)
@@ -307,8 +321,17 @@ class _TextWriter:
         self.configs = {}
         self.candidates = {}
         self.provenances = {}
+        self.quoted = {}
+        self.ok_heads = {}
 
-    def entry(self, entry):
+    def quote(self, text):
+        quoted = self.quoted.get(text)
+        if quoted is None:
+            quoted = self.quoted[text] = _quote(text)
+        return quoted
+
+    def entry(self, entry, lines):
+        """Appends the lines of one entry to `lines`."""
         key = entry.key
         head_key = (key.device, key.kernel, key.fingerprint)
         head = self.heads.get(head_key)
@@ -317,61 +340,98 @@ class _TextWriter:
                 f"entries {{\n  device: {_quote(key.device)}\n"
                 f"  kernel: {_quote(key.kernel)}\n"
                 f"  fingerprint: {_quote(key.fingerprint)}")
-        lines = [head, f"  signature: {_quote(key.signature)}"]
-        if key.key_version:
-            lines.append(f"  key_version: {key.key_version}")
+        sig = key.signature
+        if not (sig.isascii() and sig.isprintable() and '"' not in sig
+                and "\\" not in sig):
+            sig = _quote(sig)[1:-1]
         best = self.configs.get(id(entry.best))
         if best is None:
             best = self.configs[id(entry.best)] = (
                 f"  best {{ {_format_config(entry.best)} }}")
-        lines.append(best)
-        if entry.run_time_us:
-            lines.append(f"  run_time_us: {entry.run_time_us!r}")
+        run_time = entry.run_time_us
+        if key.key_version and run_time:
+            # The common case in one string.
+            lines.append(f'{head}\n  signature: "{sig}"\n  key_version: '
+                         f'{key.key_version}\n{best}\n  run_time_us: '
+                         f'{run_time!r}')
+        else:
+            lines.append(f'{head}\n  signature: "{sig}"')
+            if key.key_version:
+                lines.append(f"  key_version: {key.key_version}")
+            lines.append(best)
+            if run_time:
+                lines.append(f"  run_time_us: {run_time!r}")
+        append = lines.append
+        cands = entry.candidates
+        ok_heads = self.ok_heads
+        try:
+            # Common case: every candidate measured, configs seen before.
+            fast = [f"{ok_heads[id(c[0])]}{c[1]!r} }}" for c in cands
+                    if c[2] == "NONE" and c[1] and not c[3]]
+        except KeyError:
+            fast = ()
         heads = self.candidates
-        for cand in entry.candidates:
-            config = cand.config
-            text = heads.get(id(config))
-            if text is None:
-                text = heads[id(config)] = (
+        if len(fast) == len(cands):
+            lines.extend(fast)
+            cands = ()
+        for config, run_time, failure, detail in cands:
+            head = heads.get(id(config))
+            if head is None:
+                head = heads[id(config)] = (
                     f"  candidates {{ config {{ {_format_config(config)} }}")
-            if cand.run_time_us:
-                text += f" run_time_us: {cand.run_time_us!r}"
-            if cand.failure != "NONE":
-                text += f" failure: {cand.failure}"
-            if cand.failure_detail:
-                text += f" failure_detail: {_quote(cand.failure_detail)}"
-            lines.append(text + " }")
-        prov = self.provenances.get(entry.provenance)
-        if prov is None:
-            prov = self.provenances[entry.provenance] = _format_provenance(
-                entry.provenance)
-        if prov:
-            lines.append(prov)
-        lines.append("}")
-        return "\n".join(lines)
+                ok_heads[id(config)] = head + " run_time_us: "
+            if failure == "NONE" and not detail:
+                append(f"{head} run_time_us: {run_time!r} }}" if run_time
+                       else head + " }")
+                continue
+            text = head
+            if run_time:
+                text += f" run_time_us: {run_time!r}"
+            if failure != "NONE":
+                text += f" failure: {failure}"
+            if detail:
+                text += f" failure_detail: {self.quote(detail)}"
+            append(text + " }")
+        p = entry.provenance
+        prefix = self.provenances.get(p[:4] + p[5:6])
+        if prefix is None:
+            prefix = self.provenances[p[:4] + p[5:6]] = _provenance_prefix(p)
+        spread, seconds = p.timing_spread, p.tuning_seconds
+        if spread or seconds:
+            text = prefix
+            if spread:
+                text += f" timing_spread: {float(spread)!r}"
+            if seconds:
+                text += f" tuning_seconds: {float(seconds)!r}"
+            append(text + " }")
+        elif prefix:
+            append(prefix + " }")
+        append("}")
 
 
-def _format_provenance(p):
-    if p == EMPTY_PROVENANCE:
-        return ""
+def _provenance_prefix(p):
+    """The provenance line up to its numeric fields: the string fields
+    (versions, timestamp, tuner) repeat across entries of one run; the
+    numbers are written per entry, in field order after this prefix.
+    Field order in text format does not matter to parsers; the writer keeps
+    strings first so the prefix can be shared."""
     fields = []
     for name in ("triton_version", "torch_version", "cuda_version",
-                 "timestamp"):
+                 "timestamp", "tuner"):
         value = getattr(p, name)
         if value:
             fields.append(f"{name}: {_quote(value)}")
-    if p.timing_spread:
-        fields.append(f"timing_spread: {float(p.timing_spread)!r}")
-    if p.tuner:
-        fields.append(f"tuner: {_quote(p.tuner)}")
-    if p.tuning_seconds:
-        fields.append(f"tuning_seconds: {float(p.tuning_seconds)!r}")
-    return "  provenance { " + " ".join(fields) + " }"
+    if not fields and not p.timing_spread and not p.tuning_seconds:
+        return ""
+    return "  provenance {" + "".join(" " + f for f in fields)
 
 
 def encode_text(entries):
     writer = _TextWriter()
-    body = "\n".join(writer.entry(e) for e in entries)
+    lines = []
+    for e in entries:
+        writer.entry(e, lines)
+    body = "\n".join(lines)
     out = TEXT_HEADER + f"version: {FORMAT_VERSION}\n"
     if body:
         out += body + "\n"
@@ -592,7 +652,7 @@ def decode_text(text, source):
     except (_NotCanonical, ValueError, IndexError, TypeError):
         return decode_text_slow(text, source)
     _check_header(version, source)
-    _check_count(count, len(entries), source)
+    _check_count(count, len(entries), source, text)
     return entries
 
 
@@ -605,11 +665,17 @@ def decode_text_slow(text, source):
                              f"file: {e}")
     _check_header(results.version, source)
     # proto3: an entry_count of 0 cannot be told from an absent one.
-    _check_count(results.entry_count or None, len(results.entries), source)
+    _check_count(results.entry_count or None, len(results.entries), source,
+                 text)
     return entries_from_pb(results, source)
 
 
-def _check_count(count, n, source):
+def _check_count(count, n, source, text):
+    if count is None and text.startswith(TEXT_HEADER):
+        raise CacheFileError(
+            source, "truncated: no entry_count line at the end (rules_autotune "
+            "writes it last); if you edited the file by hand, restore that "
+            "line or delete the two header comment lines")
     if count is not None and count != n:
         raise CacheFileError(
             source, f"entry_count is {count} but the file holds {n} entries "

@@ -1,0 +1,172 @@
+import os
+import random
+
+import pytest
+from google.protobuf import text_format
+
+from autotune import results_io
+from autotune.proto import autotune_results_pb2 as pb
+from autotune.records import (CacheKey, Candidate, Config, Entry, Provenance,
+                              best_of)
+from autotune.results_io import CacheFileError
+
+CONFIGS = [Config({"BLOCK_M": m, "BLOCK_N": n, "EVEN_K": m == n}, num_warps=w,
+                  num_stages=s)
+           for m in (32, 64) for n in (32, 128) for w in (4, 8) for s in (2, 3)]
+
+
+def make_entries(n, seed=0, device="NVIDIA H200/sm_90/sms=132/triton-3.9.0"):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        cands = [Candidate(c, round(rng.uniform(1, 50), 3))
+                 for c in rng.sample(CONFIGS, 4)]
+        cands.append(Candidate(CONFIGS[0], 0.0, "OUT_OF_RESOURCES",
+                               'shared memory "128 KB" > limit\\n'))
+        best = best_of(cands)
+        out.append(Entry(
+            CacheKey(device, "matmul", "0123456789abcdef",
+                     f"M={64 * (i + 1)},N=128;dtypes=a:float16"),
+            best.config, best.run_time_us, cands,
+            Provenance("3.9.0", "2.13.0", "12.8", "2026-11-29T10:00:00Z",
+                       0.02, "exhaustive", 1.5)))
+    return out
+
+
+@pytest.mark.parametrize("ext", [".textproto", ".txt", ".pbtxt", ".pb", ".bin"])
+def test_round_trip(tmp_path, ext):
+    entries = make_entries(50)
+    path = tmp_path / ("cache" + ext)
+    results_io.dump_results(entries, path)
+    loaded = results_io.load_results(path)
+    assert loaded == results_io.sort_entries(entries)
+    assert results_io.is_text_path(path) == (ext in (".textproto", ".txt",
+                                                     ".pbtxt"))
+
+
+def test_text_writer_output_parses_to_the_binary_message(tmp_path):
+    entries = make_entries(40)
+    entries[3] = entries[3].replace(best=Config(
+        {"ACT": 'leaky "relu"', "SCALE": 0.5, "FLAG": False, "NEG": -3},
+        num_ctas=2))
+    text = results_io.encode(entries, "a.textproto").decode()
+    parsed = pb.AutotuneResults()
+    text_format.Parse(text, parsed)
+    binary = results_io.encode(entries, "a.pb")
+    assert parsed.SerializeToString(deterministic=True) == binary
+    from_binary = pb.AutotuneResults.FromString(binary)
+    assert from_binary == parsed
+
+
+def test_dump_is_byte_identical_for_the_same_results(tmp_path):
+    entries = make_entries(30)
+    shuffled = list(entries)
+    random.Random(1).shuffle(shuffled)
+    for ext in (".textproto", ".pb"):
+        a, b = tmp_path / ("a" + ext), tmp_path / ("b" + ext)
+        results_io.dump_results(entries, a)
+        results_io.dump_results(shuffled, b)
+        assert a.read_bytes() == b.read_bytes()
+
+
+def test_hand_edited_and_reordered_text_loads(tmp_path):
+    entries = make_entries(20)
+    msg = pb.AutotuneResults()
+    msg.ParseFromString(results_io.encode(entries, "x.pb"))
+    msg.entries.reverse()
+    # text_format's own layout: multi-line submessages, other field order.
+    text = "# edited by hand\n" + text_format.MessageToString(msg)
+    text = text.replace("version: 1", "version:   1  # still version one")
+    path = tmp_path / "edited.textproto"
+    path.write_text(text)
+    loaded = results_io.load_results(path)
+    assert results_io.sort_entries(loaded) == results_io.sort_entries(entries)
+    # A fast-path file with one entry made non-canonical still loads right.
+    canon = results_io.encode(entries, "x.txt").decode()
+    odd = canon.replace("  run_time_us: ", "  run_time_us:", 1)
+    path.write_text(odd)
+    assert results_io.sort_entries(results_io.load_results(path)) == \
+        results_io.sort_entries(entries)
+
+
+@pytest.mark.parametrize("ext", [".textproto", ".pb"])
+def test_truncated_file_is_an_error_naming_the_file(tmp_path, ext):
+    path = tmp_path / ("cache" + ext)
+    results_io.dump_results(make_entries(10), path)
+    data = path.read_bytes()
+    for cut in (len(data) // 3, len(data) - 3, data.rfind(b"entry_count")):
+        path.write_bytes(data[:cut])
+        with pytest.raises(CacheFileError) as err:
+            results_io.load_results(path)
+        assert str(path) in str(err.value)
+
+
+def test_binary_cut_at_entry_boundary_is_detected(tmp_path):
+    path = tmp_path / "cache.pb"
+    data = results_io.encode(make_entries(3), "x.pb")
+    msg = pb.AutotuneResults.FromString(data)
+    del msg.entries[-1]
+    msg.ClearField("entry_count")  # as if the tail was lost
+    path.write_bytes(msg.SerializeToString())
+    with pytest.raises(CacheFileError, match="truncated"):
+        results_io.load_results(path)
+
+
+@pytest.mark.parametrize("name,data,reason", [
+    ("garbage.textproto", b"\x00\xff\xfe garbage", "not UTF-8"),
+    ("garbage.txt", b"this is { not a cache", "not a valid text"),
+    ("garbage.pb", b"\xff\xff\xff\xff\xff", "protobuf decode failed"),
+    ("empty.pb", b"", "no format version"),
+    ("future.textproto", b"version: 7\n", "unknown format version 7"),
+])
+def test_bad_files(tmp_path, name, data, reason):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(CacheFileError, match=reason) as err:
+        results_io.load_results(path)
+    assert str(path) in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(CacheFileError, match="no such file"):
+        results_io.load_results(tmp_path / "nope.textproto")
+
+
+def test_duplicate_keys_in_one_file(tmp_path):
+    entries = make_entries(2)
+    dup = entries[0].replace(best=CONFIGS[-1])
+    text = results_io.encode(entries, "a.txt").decode()
+    extra = results_io.encode([dup], "a.txt").decode()
+    body = extra.split("version: 1\n", 1)[1].split("entry_count")[0]
+    text = text.replace("entry_count: 2", body + "entry_count: 3")
+    path = tmp_path / "dup.textproto"
+    path.write_text(text)
+    with pytest.raises(CacheFileError, match="duplicate key with different"):
+        results_io.load_results(path)
+
+
+def test_dump_into_missing_directory_is_an_error(tmp_path):
+    with pytest.raises(CacheFileError, match="does not exist"):
+        results_io.dump_results(make_entries(1), tmp_path / "no" / "c.pb")
+
+
+def test_failed_dump_leaves_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "cache.textproto"
+    results_io.dump_results(make_entries(5), path)
+    before = path.read_bytes()
+
+    def broken_fsync(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError):
+        results_io.dump_results(make_entries(9), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.textproto"]
+
+
+def test_lazy_fields_of_fast_path_match_slow_path(tmp_path):
+    entries = make_entries(25, seed=3)
+    text = results_io.encode(entries, "a.txt").decode()
+    fast = results_io.decode_text(text, "a.txt")
+    slow = results_io.decode_text_slow(text, "a.txt")
+    assert fast == slow

@@ -1,0 +1,166 @@
+import json
+import os
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import autotune
+from autotune import results_io
+from autotune.records import CacheKey, Config, Entry
+
+import tiny_kernels as tk
+
+
+def test_miss_tunes_then_hit_does_no_benchmarking(session_factory, tmp_path):
+    dump = tmp_path / "dump.textproto"
+    sess = session_factory(dump_autotune_results_to=str(dump))
+    tuned = tk.make_tuner()
+    x, y = tk.run(tuned, 40)
+    assert torch.allclose(y, x * 2.0 + 1.0)
+    assert sess.stats.tuned == 1
+    assert sess.stats.candidate_benchmarks == 4
+    entry = sess.cache.memory[next(iter(sess.cache.memory))]
+    failures = {c.config: c.failure for c in entry.candidates}
+    assert failures[tk.WRONG] == "WRONG_RESULT"
+    assert failures[tk.CRASH] == "RUNTIME_ERROR"
+    assert entry.best in tk.GOOD
+    sess.finish()
+
+    sess2 = session_factory(load_autotune_results_from=[str(dump)])
+    x, y = tk.run(tk.make_tuner(), 40)
+    assert torch.allclose(y, x * 2.0 + 1.0)
+    assert sess2.stats.candidate_benchmarks == 0
+    assert sess2.stats.hits == 1 and sess2.stats.tuned == 0
+    assert sess2.stats.saved_seconds > 0
+
+
+def test_outputs_are_restored_between_candidates(session_factory):
+    session_factory()
+
+    @autotune.autotune(configs=tk.GOOD, key=["n"])
+    @triton.jit
+    def accumulate(x, y, n, alpha, BLOCK: tl.constexpr,
+                   BUG: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(y + offs, tl.load(y + offs, mask=m) + 1.0, mask=m)
+
+    y = torch.zeros(32)
+    accumulate[lambda meta: (triton.cdiv(32, meta["BLOCK"]),)](
+        torch.zeros(32), y, 32, 1.0)
+    # Each candidate ran several times, but the real launch saw zeros.
+    assert torch.equal(y, torch.ones(32))
+
+
+def test_reference_function_rejects_a_wrong_first_candidate(session_factory):
+    sess = session_factory()
+
+    def reference(x, y, n, alpha, **_):
+        y.copy_(x * alpha + 1.0)
+    tuned = tk.make_tuner([tk.WRONG] + tk.GOOD, reference=reference)
+    x, y = tk.run(tuned, 20)
+    assert torch.allclose(y, x * 2.0 + 1.0)
+    entry = next(iter(sess.cache.memory.values()))
+    assert entry.best != tk.WRONG
+
+
+def test_ties_break_deterministically():
+    from autotune.records import Candidate, best_of
+    a, b = Config({"B": 32}), Config({"B": 16})
+    assert best_of([Candidate(a, 5.0), Candidate(b, 5.0)]).config == b
+    assert best_of([Candidate(b, 5.0), Candidate(a, 5.0)]).config == b
+
+
+def test_require_complete_lists_every_miss(session_factory):
+    session_factory(require_complete_autotune_results=True)
+    tuned = tk.make_tuner()
+    with pytest.raises(autotune.AutotuneCacheMissError) as first:
+        tk.run(tuned, 10)
+    with pytest.raises(autotune.AutotuneCacheMissError) as second:
+        tk.run(tuned, 70)
+    assert "1 fusion(s)" in str(first.value)
+    text = str(second.value)
+    assert "2 fusion(s)" in text and "n=10" in text and "n=70" in text
+    assert "axpb_kernel" in text
+
+
+def test_cache_of_another_device_is_reported_not_used(session_factory,
+                                                      tmp_path, capsys):
+    sess = session_factory()
+    tk.run(tk.make_tuner(), 12)
+    entry = next(iter(sess.cache.memory.values()))
+    foreign = entry.replace(key=entry.key._replace(
+        device="NVIDIA H100/sm_90/sms=132/triton-3.9.0"))
+    path = tmp_path / "h100.textproto"
+    results_io.dump_results([foreign], path)
+    capsys.readouterr()
+    sess2 = session_factory(load_autotune_results_from=[str(path)])
+    err = capsys.readouterr().err
+    assert "1 entries (NVIDIA H100" in err
+    assert "usable on cpu/triton-interpreter" in err and ": 0" in err
+    assert "none for this device" in err
+    tk.run(tk.make_tuner(), 12)
+    assert sess2.stats.tuned == 1 and sess2.stats.hits == 0
+    assert sess2.report()["loaded"][0]["usable"] == 0
+
+
+def test_conflicting_files_name_both_sources(session_factory, tmp_path):
+    sess = session_factory()
+    tk.run(tk.make_tuner(), 12)
+    entry = next(iter(sess.cache.memory.values()))
+    other = entry.replace(best=tk.GOOD[0] if entry.best != tk.GOOD[0]
+                          else tk.GOOD[1])
+    a, b = tmp_path / "a.textproto", tmp_path / "b.pb"
+    results_io.dump_results([entry], a)
+    results_io.dump_results([other], b)
+    with pytest.raises(autotune.AutotuneError) as err:
+        session_factory(load_autotune_results_from=[str(a), str(b)])
+    assert str(a) in str(err.value) and str(b) in str(err.value)
+
+
+def test_report_json_in_undeclared_outputs(session_factory, tmp_path,
+                                           monkeypatch):
+    monkeypatch.setenv("TEST_UNDECLARED_OUTPUTS_DIR", str(tmp_path))
+    sess = session_factory()
+    tk.run(tk.make_tuner(), 12)
+    sess.finish()
+    report = json.loads((tmp_path / "autotune_report.json").read_text())
+    assert report["tuned"] == 1 and report["candidate_benchmarks"] == 4
+    assert report["fusions"][0]["status"] == "tuned"
+    assert report["tuning_seconds"] > 0
+
+
+def test_dump_path_in_missing_directory(session_factory, tmp_path):
+    with pytest.raises(autotune.AutotuneError, match="does not exist"):
+        session_factory(dump_autotune_results_to=str(tmp_path / "x" / "c.pb"))
+
+
+def test_dump_refuses_to_run_sharded(session_factory, monkeypatch):
+    monkeypatch.setenv("TEST_TOTAL_SHARDS", "4")
+    monkeypatch.setenv("TEST_SHARD_INDEX", "1")
+    monkeypatch.setenv("TEST_TARGET", "//examples:suite_autotune_dump")
+    with pytest.raises(autotune.AutotuneError) as err:
+        session_factory(autotune_fail_if_sharded=True)
+    assert "shard 2 of 4" in str(err.value)
+    assert "--test_sharding_strategy=disabled" in str(err.value)
+
+
+def test_expected_gpu_mismatch(session_factory):
+    with pytest.raises(autotune.AutotuneError, match="tuned for H200"):
+        session_factory(autotune_expected_gpu="H200")
+
+
+def test_unknown_option(session_factory):
+    with pytest.raises(autotune.AutotuneError, match="unknown option"):
+        session_factory(no_such_flag=1)
+
+
+def test_lookup_config_reports_hit_config(session_factory):
+    sess = session_factory()
+    tuned = tk.make_tuner()
+    tk.run(tuned, 33)
+    x = torch.zeros(33)
+    config = tuned.lookup_config(x, x, 33, 2.0)
+    assert config == next(iter(sess.cache.memory.values())).best
