@@ -27,8 +27,14 @@ def _is_jit(obj):
 
 
 def _source(fn):
+    """The function's source from `def` on: decorators (the autotune config
+    list among them) are not the kernel's code."""
     try:
-        return inspect.getsource(fn)
+        lines = inspect.getsource(fn).splitlines()
+        while lines and not lines[0].lstrip().startswith(("def ",
+                                                          "async def ")):
+            lines.pop(0)
+        return "\n".join(lines)
     except (OSError, TypeError):
         src = getattr(fn, "src", None)
         if src is None:

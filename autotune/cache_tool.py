@@ -1,0 +1,464 @@
+"""autotune_cache: inspect, diff, merge, prune, verify and convert caches.
+
+Reads results files (text or binary, by extension) and per-fusion cache
+directories alike. Inputs are never modified; outputs are written
+atomically (a per-fusion directory output: one atomic file per entry).
+
+Exit codes:
+  0  success (diff: no differences; verify: no findings)
+  1  diff: the inputs differ; merge: conflicts under --policy=fail;
+     verify: findings (stale kernel fingerprints, old key versions)
+  2  bad input or usage: missing path, truncated / garbage file, unknown
+     format version, foreign file in a cache directory, duplicate keys;
+     nothing is written
+
+Run as `python tools/autotune_cache.py`, `python -m autotune.cache_tool`
+or `bazel run //tools:autotune_cache --`.
+"""
+import argparse
+import collections
+import datetime
+import importlib
+import json
+import os
+import sys
+
+from autotune import cache_key, results_io
+from autotune.cache_storage import PerFusionDirectory
+from autotune.records import KEY_VERSION
+from autotune.results_io import CacheFileError
+
+POLICIES = ("fail", "prefer-faster", "prefer-newer", "prefer-first")
+
+
+class ToolError(Exception):
+    """Bad input or usage: exit 2 with a one-line message."""
+
+
+def read_cache(path):
+    """Entries of a results file or a per-fusion directory."""
+    if not os.path.exists(path):
+        raise ToolError(f"{path}: no such file or directory")
+    try:
+        if os.path.isdir(path):
+            return PerFusionDirectory(path, "read").entries()
+        return results_io.load_results(path)
+    except CacheFileError as e:
+        raise ToolError(str(e))
+    except OSError as e:
+        raise ToolError(f"{path}: {e.strerror}")
+
+
+def materialize(entries, path):
+    """Decodes lazily decoded fields now, so a bad line is reported as bad
+    input before anything is written."""
+    try:
+        for entry in entries:
+            entry.best  # noqa: B018
+            entry.candidates  # noqa: B018
+    except CacheFileError as e:
+        raise ToolError(str(e))
+    except (ValueError, IndexError) as e:
+        raise ToolError(f"{path}: {e}")
+
+
+def write_cache(entries, path, inputs=()):
+    """Writes a results file, or a per-fusion directory when `path` is a
+    directory or ends with a slash."""
+    real = os.path.realpath(path)
+    for source in inputs:
+        if os.path.realpath(source) == real:
+            raise ToolError(f"{path}: is also an input; inputs are never "
+                            "modified (write elsewhere, then move)")
+    try:
+        if path.endswith(os.sep) or os.path.isdir(path):
+            os.makedirs(path, exist_ok=True)
+            directory = PerFusionDirectory(path, "update")
+            for entry in entries:
+                target = directory.file_path(entry.key)
+                results_io.atomic_write(target, results_io.encode([entry],
+                                                                  target))
+        else:
+            results_io.dump_results(entries, path)
+    except CacheFileError as e:
+        raise ToolError(str(e))
+
+
+# -- show / stats ---------------------------------------------------------
+
+def stats(entries, path):
+    by_device = collections.Counter(e.key.device for e in entries)
+    by_kernel = collections.Counter(e.key.kernel for e in entries)
+    by_triton = collections.Counter(e.provenance.triton_version or "?"
+                                    for e in entries)
+    stamps = sorted(e.provenance.timestamp for e in entries
+                    if e.provenance.timestamp)
+    if os.path.isdir(path):
+        size = sum(os.path.getsize(os.path.join(path, n))
+                   for n in os.listdir(path))
+    else:
+        size = os.path.getsize(path)
+    return {"path": path, "entries": len(entries), "bytes": size,
+            "by_device": dict(sorted(by_device.items())),
+            "by_kernel": dict(sorted(by_kernel.items())),
+            "by_triton_version": dict(sorted(by_triton.items())),
+            "oldest": stamps[0] if stamps else None,
+            "newest": stamps[-1] if stamps else None}
+
+
+def cmd_show(args):
+    out = []
+    for path in args.paths:
+        entries = read_cache(path)
+        info = stats(entries, path)
+        if args.entries:
+            info["list"] = [{"device": e.key.device, "kernel": e.key.kernel,
+                             "signature": e.key.signature,
+                             "best": e.best.short(),
+                             "run_time_us": e.run_time_us} for e in entries]
+        out.append(info)
+    if args.json:
+        print(json.dumps(out if len(out) > 1 else out[0], indent=2))
+        return 0
+    for info in out:
+        print(f"{info['path']}: {info['entries']} entries, "
+              f"{info['bytes']} bytes; oldest {info['oldest']}, newest "
+              f"{info['newest']}")
+        for title, key in (("device", "by_device"), ("kernel", "by_kernel"),
+                           ("triton", "by_triton_version")):
+            for name, count in info[key].items():
+                print(f"  {title:<7} {count:>8}  {name}")
+        for item in info.get("list", []):
+            print(f"  {item['kernel']} [{item['signature']}] on "
+                  f"{item['device']}: {item['best']} "
+                  f"({item['run_time_us']:.3f} us)")
+    return 0
+
+
+# -- diff -----------------------------------------------------------------
+
+def _describe(key):
+    return {"device": key.device, "kernel": key.kernel,
+            "fingerprint": key.fingerprint, "signature": key.signature,
+            "key_version": key.key_version}
+
+
+def diff_entries(old, new):
+    old_map = {e.key: e for e in old}
+    new_map = {e.key: e for e in new}
+    added = sorted(k for k in new_map if k not in old_map)
+    removed = sorted(k for k in old_map if k not in new_map)
+    changed = []
+    for key in sorted(k for k in new_map if k in old_map):
+        a, b = old_map[key], new_map[key]
+        if a.best != b.best:
+            pct = ((b.run_time_us - a.run_time_us) / a.run_time_us * 100.0
+                   if a.run_time_us else None)
+            changed.append({**_describe(key), "old": a.best.short(),
+                            "new": b.best.short(),
+                            "old_run_time_us": a.run_time_us,
+                            "new_run_time_us": b.run_time_us,
+                            "run_time_change_pct": (round(pct, 2)
+                                                    if pct is not None
+                                                    else None)})
+    return {"added": [{**_describe(k), "best": new_map[k].best.short()}
+                      for k in added],
+            "removed": [{**_describe(k), "best": old_map[k].best.short()}
+                        for k in removed],
+            "changed": changed}
+
+
+def format_diff(diff, limit=None):
+    lines = []
+    for item in diff["added"]:
+        lines.append(f"+ {item['kernel']} [{item['signature']}] on "
+                     f"{item['device']}: {item['best']}")
+    for item in diff["removed"]:
+        lines.append(f"- {item['kernel']} [{item['signature']}] on "
+                     f"{item['device']}: {item['best']}")
+    for item in diff["changed"]:
+        pct = item["run_time_change_pct"]
+        lines.append(f"~ {item['kernel']} [{item['signature']}] on "
+                     f"{item['device']}: {item['old']} -> {item['new']}"
+                     + (f" ({pct:+.1f}% run time)" if pct is not None
+                        else ""))
+    if limit is not None and len(lines) > limit:
+        lines = lines[:limit] + [f"... and {len(lines) - limit} more"]
+    return lines
+
+
+def cmd_diff(args):
+    old, new = read_cache(args.a), read_cache(args.b)
+    diff = diff_entries(old, new)
+    differ = any(diff.values())
+    if args.json:
+        print(json.dumps(diff, indent=2))
+    else:
+        print(f"{args.a} -> {args.b}: {len(diff['added'])} added, "
+              f"{len(diff['removed'])} removed, {len(diff['changed'])} "
+              "changed")
+        for line in format_diff(diff, limit=args.limit):
+            print("  " + line)
+    return 1 if differ else 0
+
+
+# -- merge ----------------------------------------------------------------
+
+def merge_entries(sources, policy="fail"):
+    """sources: [(path, entries)]. Returns (merged entries, conflicts);
+    conflicts are listed whatever the policy, and resolved unless the
+    policy is fail."""
+    if policy not in POLICIES:
+        raise ToolError(f"unknown policy {policy!r}; expected one of "
+                        f"{', '.join(POLICIES)}")
+    chosen = {}
+    origin = {}
+    conflicts = []
+    for path, entries in sources:
+        for entry in entries:
+            current = chosen.get(entry.key)
+            if current is None:
+                chosen[entry.key] = entry
+                origin[entry.key] = path
+                continue
+            if current.best == entry.best:
+                continue
+            conflicts.append({**_describe(entry.key),
+                              "first": {"source": origin[entry.key],
+                                        "best": current.best.short(),
+                                        "run_time_us": current.run_time_us},
+                              "second": {"source": path,
+                                         "best": entry.best.short(),
+                                         "run_time_us": entry.run_time_us}})
+            take = False
+            if policy == "prefer-faster":
+                take = (entry.run_time_us, entry.best.sort_key) < (
+                    current.run_time_us, current.best.sort_key)
+            elif policy == "prefer-newer":
+                take = entry.provenance.timestamp > current.provenance.timestamp
+            if take:
+                chosen[entry.key] = entry
+                origin[entry.key] = path
+    return list(chosen.values()), conflicts
+
+
+def cmd_merge(args):
+    sources = [(p, read_cache(p)) for p in args.inputs]
+    merged, conflicts = merge_entries(sources, args.policy)
+    for c in conflicts:
+        print(f"conflict: {c['kernel']} [{c['signature']}] on {c['device']}: "
+              f"{c['first']['source']} has {c['first']['best']} "
+              f"({c['first']['run_time_us']:.3f} us), {c['second']['source']}"
+              f" has {c['second']['best']} "
+              f"({c['second']['run_time_us']:.3f} us)", file=sys.stderr)
+    if conflicts and args.policy == "fail":
+        print(f"merge: {len(conflicts)} conflict(s); nothing written. Choose "
+              "--policy=prefer-faster, prefer-newer or prefer-first",
+              file=sys.stderr)
+        return 1
+    for path, entries in sources:
+        materialize(entries, path)
+    write_cache(merged, args.output, inputs=args.inputs)
+    print(f"merge: wrote {len(merged)} entries to {args.output}"
+          + (f" ({len(conflicts)} conflict(s) resolved by {args.policy})"
+             if conflicts else ""), file=sys.stderr)
+    return 0
+
+
+# -- verify / prune ---------------------------------------------------------
+
+def tree_kernels(modules):
+    """{kernel name: fingerprint} of the tuned kernels in these modules."""
+    from autotune.runtime import Autotuner
+    known = {}
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as e:
+            raise ToolError(f"--kernel_module={name}: cannot import: {e}")
+        for value in vars(module).values():
+            if isinstance(value, Autotuner):
+                known[value.name] = value.fingerprint
+    return known
+
+
+def stale_reason(entry, known):
+    fp = known.get(entry.key.kernel)
+    if fp is None:
+        return "no kernel of this name in the tree"
+    if fp != entry.key.fingerprint:
+        return f"kernel changed (fingerprint {entry.key.fingerprint}, " \
+               f"tree has {fp})"
+    return None
+
+
+def cmd_verify(args):
+    known = tree_kernels(args.kernel_module) if args.kernel_module else None
+    findings = 0
+    bad = 0
+    for path in args.paths:
+        try:
+            entries = read_cache(path)
+            materialize(entries, path)
+        except ToolError as e:
+            print(f"error: {e}")
+            bad += 1
+            continue
+        for entry in entries:
+            problems = []
+            if entry.key.key_version != KEY_VERSION:
+                problems.append(f"key version {entry.key.key_version}, "
+                                f"current is {KEY_VERSION}")
+            if known is not None:
+                reason = stale_reason(entry, known)
+                if reason:
+                    problems.append("stale: " + reason)
+            for problem in problems:
+                findings += 1
+                print(f"{path}: {entry.key.kernel} [{entry.key.signature}] "
+                      f"on {entry.key.device}: {problem}")
+        print(f"{path}: {len(entries)} entries, format version "
+              f"{results_io.FORMAT_VERSION}, no duplicate keys",
+              file=sys.stderr)
+    if bad:
+        return 2
+    return 1 if findings else 0
+
+
+def _parse_age(text):
+    try:
+        days = float(text.rstrip("d"))
+    except ValueError:
+        raise ToolError(f"--older_than={text!r}: expected days, like 30 or 30d")
+    return datetime.timedelta(days=days)
+
+
+def cmd_prune(args):
+    entries = read_cache(args.input)
+    known = tree_kernels(args.kernel_module) if args.stale else None
+    if args.stale and not args.kernel_module:
+        raise ToolError("--stale needs --kernel_module to know the tree's "
+                        "kernels")
+    cutoff = None
+    if args.older_than:
+        cutoff = (datetime.datetime.now(datetime.timezone.utc)
+                  - _parse_age(args.older_than)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    keep, drop = [], []
+    for entry in entries:
+        reason = None
+        if args.device and entry.key.device in args.device:
+            reason = "device " + entry.key.device
+        elif args.keep_device and entry.key.device not in args.keep_device:
+            reason = "other device " + entry.key.device
+        elif args.key_version is not None and \
+                entry.key.key_version != args.key_version:
+            reason = f"key version {entry.key.key_version}"
+        elif known is not None and stale_reason(entry, known):
+            reason = "stale: " + stale_reason(entry, known)
+        elif cutoff and entry.provenance.timestamp and \
+                entry.provenance.timestamp < cutoff:
+            reason = "tuned " + entry.provenance.timestamp
+        (drop if reason else keep).append((entry, reason))
+    for entry, reason in drop:
+        print(f"{'would drop' if args.dry_run else 'drop'}: "
+              f"{entry.key.kernel} [{entry.key.signature}] on "
+              f"{entry.key.device}: {reason}")
+    if args.dry_run:
+        print(f"prune: {len(drop)} of {len(entries)} entries would go",
+              file=sys.stderr)
+        return 0
+    if not args.output:
+        raise ToolError("prune needs -o OUTPUT (or --dry-run)")
+    kept = [e for e, _ in keep]
+    materialize(kept, args.input)
+    write_cache(kept, args.output, inputs=[args.input])
+    print(f"prune: kept {len(kept)}, dropped {len(drop)}; wrote "
+          f"{args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_convert(args):
+    entries = read_cache(args.input)
+    materialize(entries, args.input)
+    write_cache(entries, args.output, inputs=[args.input])
+    print(f"convert: wrote {len(entries)} entries to {args.output}",
+          file=sys.stderr)
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="autotune_cache", description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("show", aliases=["stats"],
+                       help="entries by device, kernel, Triton version")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--entries", action="store_true", help="list every entry")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("diff", help="added, removed and changed entries; "
+                       "exit 1 when the inputs differ")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", type=int, default=200,
+                   help="lines of detail in human output")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("merge", help="union of caches; conflicts need a "
+                       "policy")
+    p.add_argument("inputs", nargs="+")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--policy", choices=POLICIES, default="fail")
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("prune", help="drop entries by device, key version, "
+                       "staleness or age")
+    p.add_argument("input")
+    p.add_argument("-o", "--output")
+    p.add_argument("--device", action="append", help="drop this device")
+    p.add_argument("--keep_device", action="append",
+                   help="drop every other device")
+    p.add_argument("--key_version", type=int,
+                   help="drop entries of any other key version")
+    p.add_argument("--stale", action="store_true",
+                   help="drop entries whose kernel fingerprint is not in "
+                   "the tree (needs --kernel_module)")
+    p.add_argument("--kernel_module", action="append", default=[])
+    p.add_argument("--older_than", help="drop entries tuned more than N "
+                   "days ago (30 or 30d)")
+    p.add_argument("--dry-run", "--dry_run", dest="dry_run",
+                   action="store_true")
+    p.set_defaults(func=cmd_prune)
+
+    p = sub.add_parser("verify", help="schema, versions, duplicates, file "
+                       "names; with --kernel_module, stale fingerprints")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--kernel_module", action="append", default=[])
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("convert", help="text <-> binary <-> per-fusion "
+                       "directory (OUTPUT ending in / or an existing "
+                       "directory)")
+    p.add_argument("input")
+    p.add_argument("output")
+    p.set_defaults(func=cmd_convert)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ToolError as e:
+        print(f"autotune_cache: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

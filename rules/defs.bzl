@@ -1,0 +1,13 @@
+"""Public API of rules_autotune.
+
+    load("@rules_autotune//rules:defs.bzl", "gpu_autotuned_test")
+"""
+
+load(
+    "//rules/private:gpu_autotuned_test.bzl",
+    _autotune_cache_test = "autotune_cache_test",
+    _gpu_autotuned_test = "gpu_autotuned_test",
+)
+
+gpu_autotuned_test = _gpu_autotuned_test
+autotune_cache_test = _autotune_cache_test

@@ -1,0 +1,22 @@
+"""Validates checked-in caches (run by autotune_cache_test on the CPU).
+
+    validate_cache.py CACHE... [--kernel_module=MODULE ...]
+
+Fails naming the file and the reason when a cache does not parse, has an
+unknown format version or duplicate keys, or holds entries whose kernel
+fingerprint matches no kernel in the tree (stale: regenerate it).
+"""
+import os
+import sys
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from autotune.cache_tool import main  # noqa: E402
+
+if __name__ == "__main__":
+    code = main(["verify"] + sys.argv[1:])
+    if code == 1:
+        print("validate_cache: stale or outdated entries: regenerate the "
+              "cache with python tools/regenerate.py", file=sys.stderr)
+    sys.exit(code)
