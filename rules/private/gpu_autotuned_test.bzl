@@ -12,8 +12,11 @@ CACHE_TAG_PREFIX = "autotune_cache="
 DEFAULT_GPU_TAGS = ["gpu", "requires-gpu-nvidia"]
 
 def _source_path(label):
-    """Workspace-relative path of a source file label in this repository,
-    recorded in a tag so tools/regenerate.py knows which file to replace."""
+    """Returns the workspace-relative path of a source file label.
+
+    It is recorded in a tag of the dump target, so tools/regenerate.py knows
+    which checked-in file the dump replaces.
+    """
     if label.startswith("@"):
         fail("autotune_cache %r: the cache must be a file of this repository" % label)
     if label.startswith("//"):
@@ -71,8 +74,13 @@ def gpu_autotuned_test(
         load target fails on another GPU instead of running untuned.
       gpu_tags: tags that route the tests to GPU machines.
       autotune_flags: extra AUTOTUNE_FLAGS for both targets.
-      data, env, tags, shard_count, exec_properties, **kwargs: passed to
-        test_rule (shard_count only to the load target).
+      data: data dependencies of both targets.
+      env: environment of both targets; an AUTOTUNE_FLAGS value in it comes
+        before the flags this macro adds.
+      tags: tags of both targets (the dump target adds manual).
+      shard_count: shards of the load target; the dump target never shards.
+      exec_properties: passed through, e.g. to pick a remote GPU pool.
+      **kwargs: passed to test_rule for both targets.
     """
     if autotune_cache and per_fusion_cache_dir:
         fail("gpu_autotuned_test(name = %r): give autotune_cache or per_fusion_cache_dir, not both" % name)
@@ -129,9 +137,11 @@ def gpu_autotuned_test(
     )
 
 def autotune_cache_test(name, test_rule, cache, kernel_modules = [], tool = None, deps = [], **kwargs):
-    """Validates a checked-in cache on the CPU: it parses, its format
-    version is current, no key repeats, and (with kernel_modules) no entry
-    names a kernel fingerprint that no kernel in the tree has.
+    """Validates a checked-in autotune cache on the CPU.
+
+    The test fails when the cache does not parse, its format version is not
+    current, a key repeats, or (with kernel_modules) an entry names a kernel
+    fingerprint that no kernel in the tree has.
 
     Args:
       name: test name.

@@ -1,0 +1,226 @@
+"""Real `bazel test` runs in a temporary copy of the workspace.
+
+Needs bazel on PATH (Debian's bazel-bootstrap works offline with the shims in
+tools/bazel_offline; .ci/run installs it). Set AUTOTUNE_SKIP_BAZEL_TESTS=1
+to skip on a machine without Bazel.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import run_example_suite as suite  # noqa: E402
+
+from autotune import results_io  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("AUTOTUNE_SKIP_BAZEL_TESTS") == "1"
+    or shutil.which(os.environ.get("BAZEL", "bazel")) is None,
+    reason="bazel is not installed")
+
+SUITE = "//examples:fused_kernels_test"
+XLA_CACHE = "testdata/xla_style.textproto"
+SUITE_CACHE = "testdata/fused_kernels.textproto"
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    ws = str(tmp_path_factory.mktemp("workspace"))
+    suite.copy_workspace(ws)
+    yield ws
+    suite.bazel(ws, ["shutdown"])
+
+
+def run(ws, *args):
+    return suite.bazel(ws, list(args))
+
+
+def regenerate(ws, *patterns):
+    return subprocess.run(
+        [sys.executable, os.path.join(ws, "tools", "regenerate.py")]
+        + list(patterns), cwd=ws, text=True, capture_output=True)
+
+
+class Restore:
+    """Puts files back as they were after a test edits them."""
+
+    def __init__(self, ws, *paths):
+        self.paths = [os.path.join(ws, p) for p in paths]
+
+    def __enter__(self):
+        self.saved = {}
+        for p in self.paths:
+            if os.path.exists(p):
+                with open(p, "rb") as f:
+                    self.saved[p] = f.read()
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.paths:
+            if p in self.saved:
+                with open(p, "wb") as f:
+                    f.write(self.saved[p])
+            elif os.path.isdir(p):
+                shutil.rmtree(p)
+            elif os.path.exists(p):
+                os.unlink(p)
+
+
+def read(ws, rel):
+    with open(os.path.join(ws, rel), "rb") as f:
+        return f.read()
+
+
+def test_1_checked_in_caches_pass_bazel_test(workspace):
+    result = run(workspace, "test", "//...")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for report in suite.reports(workspace, SUITE):
+        assert report["candidate_benchmarks"] == 0
+        assert report["misses"] == 0
+
+
+def test_2_dump_regenerate_load_cycle(workspace):
+    os.unlink(os.path.join(workspace, SUITE_CACHE))
+    result = regenerate(workspace, "//examples/...")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "testdata/fused_kernels.textproto: 6 entries; 6 added" in \
+        result.stdout
+    dumped = suite.reports(workspace, SUITE + "_autotune_dump")
+    assert dumped[0]["tuned"] == 6 and dumped[0]["candidate_benchmarks"] > 0
+    entries = results_io.load_results(os.path.join(workspace, SUITE_CACHE))
+    assert len(entries) == 6
+    result = run(workspace, "test", SUITE, "--cache_test_results=no")
+    assert result.returncode == 0, result.stdout + result.stderr
+    reports = suite.reports(workspace, SUITE)
+    assert len(reports) == 3  # sharded
+    assert sum(r["hits"] for r in reports) == 6
+    assert sum(r["candidate_benchmarks"] for r in reports) == 0
+    assert sum(r["saved_seconds"] for r in reports) > 0
+
+
+def test_3_sharded_dump_fails_with_its_message(workspace):
+    target = SUITE + "_autotune_dump"
+    result = run(workspace, "test", target, "--test_sharding_strategy=forced=2")
+    if "Not a valid test sharding strategy" in result.stderr:
+        # Bazel before 5 has no forced=k; shard the run the way Bazel
+        # would, through the test environment.
+        result = run(workspace, "test", target, "--test_env=TEST_TOTAL_SHARDS=2",
+                     "--test_env=TEST_SHARD_INDEX=1")
+        log = suite.test_log(workspace, target)
+    else:
+        log = suite.test_log(workspace, target, "shard_2_of_2")
+    assert result.returncode != 0
+    assert "must run unsharded" in log
+    assert "--test_sharding_strategy=disabled" in log
+
+
+def test_4_cache_of_another_device_is_reported(workspace):
+    target = "//examples:load_autotune_results_using_execpath_test"
+    with Restore(workspace, XLA_CACHE):
+        text = read(workspace, XLA_CACHE).decode()
+        path = os.path.join(workspace, XLA_CACHE)
+        with open(path, "w") as f:
+            f.write(text.replace("cpu/triton-interpreter",
+                                 "NVIDIA H100 80GB HBM3/sm_90/sms=132"))
+        result = run(workspace, "test", target)
+        assert result.returncode != 0  # require_complete: every fusion missed
+        log = suite.test_log(workspace, target)
+        assert "1 entries (NVIDIA H100 80GB HBM3" in log
+        assert "none for this device" in log
+
+
+def test_5_require_complete_lists_a_removed_fusion(workspace):
+    with Restore(workspace, SUITE_CACHE):
+        path = os.path.join(workspace, SUITE_CACHE)
+        entries = results_io.load_results(path)
+        kept = [e for e in entries if "n_rows=3" not in e.key.signature]
+        assert len(kept) == len(entries) - 1
+        results_io.dump_results(kept, path)
+        result = run(workspace, "test", SUITE, "--test_output=errors")
+        assert result.returncode != 0
+        logs = "".join(suite.test_log(workspace, SUITE, f"shard_{i}_of_3")
+                       for i in (1, 2, 3))
+        assert "missing from the autotune cache" in logs
+        assert "softmax_kernel [n_rows=3,n_cols=20" in logs
+
+
+def test_6_missing_cache_label_fails_at_analysis(workspace):
+    with Restore(workspace, "bad"):
+        os.makedirs(os.path.join(workspace, "bad"))
+        with open(os.path.join(workspace, "bad", "BUILD.bazel"), "w") as f:
+            f.write(textwrap.dedent("""\
+                load("@rules_python//python:defs.bzl", "py_test")
+                load("//rules:defs.bzl", "gpu_autotuned_test")
+
+                gpu_autotuned_test(
+                    name = "t",
+                    srcs = ["t.py"],
+                    autotune_cache = "//testdata:no_such_cache.textproto",
+                    test_rule = py_test,
+                )
+                """))
+        open(os.path.join(workspace, "bad", "t.py"), "w").close()
+        result = run(workspace, "build", "//bad:t")
+        assert result.returncode != 0
+        assert "no_such_cache.textproto" in result.stderr
+
+
+def test_7_corrupt_checked_in_cache_fails_validation(workspace):
+    with Restore(workspace, XLA_CACHE):
+        data = read(workspace, XLA_CACHE)
+        with open(os.path.join(workspace, XLA_CACHE), "wb") as f:
+            f.write(data[:len(data) // 2])
+        result = run(workspace, "test", "//testdata:validate_xla_style")
+        assert result.returncode != 0
+        log = suite.test_log(workspace, "//testdata:validate_xla_style")
+        assert "xla_style.textproto" in log and "not a valid text" in log
+
+
+def test_8_regenerate_with_a_failing_dump_target(workspace):
+    with Restore(workspace, "failing", SUITE_CACHE, XLA_CACHE):
+        os.makedirs(os.path.join(workspace, "failing"))
+        with open(os.path.join(workspace, "failing", "BUILD.bazel"), "w") as f:
+            f.write(textwrap.dedent("""\
+                load("@rules_python//python:defs.bzl", "py_test")
+                load("//rules:defs.bzl", "gpu_autotuned_test")
+
+                gpu_autotuned_test(
+                    name = "broken_test",
+                    srcs = ["broken_test.py"],
+                    autotune_cache = "cache.textproto",
+                    main = "broken_test.py",
+                    test_rule = py_test,
+                    deps = ["//:autotune"],
+                )
+                """))
+        with open(os.path.join(workspace, "failing", "broken_test.py"),
+                  "w") as f:
+            f.write("raise SystemExit('this suite is broken')\n")
+        cache = os.path.join(workspace, "failing", "cache.textproto")
+        results_io.dump_results([], cache)
+        before = read(workspace, "failing/cache.textproto")
+        suite_before = read(workspace, SUITE_CACHE)
+        result = regenerate(workspace, "//examples/...", "//failing/...")
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "FAILED //failing:broken_test_autotune_dump" in result.stdout
+        assert "failing/cache.textproto left untouched" in result.stdout
+        assert read(workspace, "failing/cache.textproto") == before
+        # The other caches were regenerated (new timings and timestamps).
+        assert read(workspace, SUITE_CACHE) != suite_before
+        assert len(results_io.load_results(
+            os.path.join(workspace, SUITE_CACHE))) == 6
+
+
+def test_9_report_json_is_valid(workspace):
+    reports = suite.reports(workspace, SUITE)
+    assert reports and all(json.dumps(r) for r in reports)
+    assert all(r["device"].startswith("cpu/triton-interpreter") for r in
+               reports)

@@ -1,0 +1,21 @@
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _buildifier():
+    local = os.path.join(ROOT, "node_modules", ".bin", "buildifier")
+    return local if os.path.exists(local) else shutil.which("buildifier")
+
+
+@pytest.mark.skipif(_buildifier() is None,
+                    reason="buildifier not installed (npm @bazel/buildifier)")
+def test_buildifier_reports_nothing():
+    result = subprocess.run(
+        [_buildifier(), "-mode=check", "-lint=warn", "-r", "."], cwd=ROOT,
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,167 @@
+"""The main job: the example GPU-autotuned test suite, end to end.
+
+    python tools/run_example_suite.py [--in_place] [--bazel BAZEL]
+
+In a temporary copy of the workspace (so the checked-in caches stay as they
+are; --in_place runs in this workspace and rewrites them):
+
+1. regenerate: every dump target runs unsharded, tuning every fusion, and
+   its dump replaces the checked-in cache (tools/regenerate.py);
+2. load: `bazel test //...`, the example suite sharded, every fusion a hit;
+3. prints, for the dump run and the load run: wall time, candidate
+   benchmarks and tuning seconds saved, read from each test's report.
+
+Without a GPU everything runs on Triton's interpreter.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPORT = "autotune_report.json"
+
+
+def copy_workspace(dst, src=ROOT):
+    """Copies the files git tracks (and untracked, unignored ones), or the
+    whole tree minus build outputs when git is unavailable."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=src,
+            capture_output=True, check=True).stdout.decode().split("\0")
+        files = [f for f in listed if f and os.path.isfile(
+            os.path.join(src, f))]
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for base, dirs, names in os.walk(src):
+            dirs[:] = [d for d in dirs if not d.startswith(("bazel-", "."))
+                       and d not in ("node_modules", "__pycache__")]
+            files += [os.path.relpath(os.path.join(base, n), src)
+                      for n in names]
+    for rel in files:
+        os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
+        shutil.copy2(os.path.join(src, rel), os.path.join(dst, rel))
+    configure_offline(dst)
+    return dst
+
+
+def configure_offline(workspace):
+    subprocess.run(["bash", os.path.join(workspace, "tools", "bazel_offline",
+                                         "configure.sh")],
+                   check=True, capture_output=True)
+
+
+def bazel(workspace, args, bazel_bin=None, check=False):
+    bazel_bin = bazel_bin or os.environ.get("BAZEL", "bazel")
+    return subprocess.run([bazel_bin] + args, cwd=workspace, text=True,
+                          capture_output=True, check=check)
+
+
+def test_outputs(workspace, target, shard=None):
+    """{name: bytes} of a test's undeclared outputs, in either layout."""
+    package, _, name = target.partition("//")[2].partition(":")
+    logs = os.path.join(workspace, "bazel-testlogs", package, name)
+    if shard is not None:
+        logs = os.path.join(logs, shard)
+    outputs = os.path.join(logs, "test.outputs")
+    found = {}
+    archive = os.path.join(outputs, "outputs.zip")
+    if os.path.exists(archive):
+        with zipfile.ZipFile(archive) as z:
+            found.update({n: z.read(n) for n in z.namelist()})
+    if os.path.isdir(outputs):
+        for n in os.listdir(outputs):
+            path = os.path.join(outputs, n)
+            if os.path.isfile(path) and n != "outputs.zip":
+                with open(path, "rb") as f:
+                    found[n] = f.read()
+    return found
+
+
+def test_log(workspace, target, shard=None):
+    package, _, name = target.partition("//")[2].partition(":")
+    logs = os.path.join(workspace, "bazel-testlogs", package, name)
+    if shard is not None:
+        logs = os.path.join(logs, shard)
+    with open(os.path.join(logs, "test.log"), errors="replace") as f:
+        return f.read()
+
+
+def reports(workspace, target):
+    """Autotune reports of every shard of a test target."""
+    package, _, name = target.partition("//")[2].partition(":")
+    logs = os.path.join(workspace, "bazel-testlogs", package, name)
+    shards = sorted(d for d in os.listdir(logs) if d.startswith("shard_")) \
+        if os.path.isdir(logs) else []
+    out = []
+    for shard in shards or [None]:
+        data = test_outputs(workspace, target, shard).get(REPORT)
+        if data:
+            out.append(json.loads(data))
+    return out
+
+
+def totals(report_list):
+    keys = ("hits", "tuned", "misses", "candidate_benchmarks",
+            "tuning_seconds", "saved_seconds")
+    return {k: round(sum(r[k] for r in report_list), 3) for k in keys}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--in_place", action="store_true")
+    parser.add_argument("--bazel", default=os.environ.get("BAZEL", "bazel"))
+    args = parser.parse_args(argv)
+    tmp = None
+    if args.in_place:
+        workspace = ROOT
+        configure_offline(workspace)
+    else:
+        tmp = tempfile.mkdtemp(prefix="rules_autotune_example_")
+        workspace = copy_workspace(tmp)
+    suite = "//examples:fused_kernels_test"
+    try:
+        start = time.perf_counter()
+        regen = subprocess.run(
+            [sys.executable, os.path.join(workspace, "tools", "regenerate.py"),
+             "--bazel", args.bazel, "//examples/..."], cwd=workspace,
+            text=True, capture_output=True)
+        dump_wall = time.perf_counter() - start
+        print(regen.stdout, end="")
+        if regen.returncode != 0:
+            print(regen.stderr[-4000:], file=sys.stderr)
+            print("example suite: regenerate FAILED", file=sys.stderr)
+            return 1
+        dump = totals(reports(workspace, suite + "_autotune_dump"))
+        start = time.perf_counter()
+        load_run = bazel(workspace, ["test", "//...", "--cache_test_results=no"],
+                         args.bazel)
+        load_wall = time.perf_counter() - start
+        print(load_run.stdout[-3000:], end="")
+        if load_run.returncode != 0:
+            print(load_run.stderr[-4000:], file=sys.stderr)
+            print("example suite: load run FAILED", file=sys.stderr)
+            return 1
+        load = totals(reports(workspace, suite))
+        print(f"dump mode  (regenerate, unsharded): {dump_wall:6.1f} s wall; "
+              f"{dump['candidate_benchmarks']:.0f} candidate benchmarks, "
+              f"{dump['tuned']:.0f} fusions tuned in "
+              f"{dump['tuning_seconds']:.2f} s")
+        print(f"load mode  (bazel test //..., suite in 3 shards): "
+              f"{load_wall:6.1f} s wall; {load['candidate_benchmarks']:.0f} "
+              f"candidate benchmarks, {load['hits']:.0f} hits, "
+              f"{load['saved_seconds']:.2f} s of tuning saved")
+        return 0 if load["candidate_benchmarks"] == 0 else 1
+    finally:
+        if tmp is not None:
+            bazel(tmp, ["shutdown"], args.bazel)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
