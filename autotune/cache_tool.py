@@ -51,11 +51,16 @@ def read_cache(path):
 
 def materialize(entries, path):
     """Decodes lazily decoded fields now, so a bad line is reported as bad
-    input before anything is written."""
+    input before anything is written. Entries of binary files were checked
+    by protobuf's parser when loaded, entries of canonical text files are
+    checked by one pattern match; both are then copied as they are."""
     try:
         for entry in entries:
             entry.best  # noqa: B018
-            entry.candidates  # noqa: B018
+            if entry.raw is None or not (
+                    type(entry.raw[0]) is results_io._PbRestDecoder
+                    or results_io.check_text_rest(entry)):
+                entry.candidates  # noqa: B018
     except CacheFileError as e:
         raise ToolError(str(e))
     except (ValueError, IndexError) as e:
@@ -143,63 +148,83 @@ def _describe(key):
             "key_version": key.key_version}
 
 
+class Diff:
+    """Keys added, removed and changed between two caches; details are
+    built on demand (a 100,000-entry diff prints only the first lines)."""
+
+    def __init__(self, old, new):
+        self.old = {e.key: e for e in old}
+        self.new = {e.key: e for e in new}
+        old_keys, new_keys = self.old.keys(), self.new.keys()
+        self.added = sorted(new_keys - old_keys)
+        self.removed = sorted(old_keys - new_keys)
+        self.changed = sorted(k for k in new_keys & old_keys
+                              if self.old[k].best != self.new[k].best)
+
+    def __bool__(self):
+        return bool(self.added or self.removed or self.changed)
+
+    def counts(self):
+        return len(self.added), len(self.removed), len(self.changed)
+
+    def change(self, key):
+        a, b = self.old[key], self.new[key]
+        pct = ((b.run_time_us - a.run_time_us) / a.run_time_us * 100.0
+               if a.run_time_us else None)
+        return {**_describe(key), "old": a.best.short(), "new": b.best.short(),
+                "old_run_time_us": a.run_time_us,
+                "new_run_time_us": b.run_time_us,
+                "run_time_change_pct": round(pct, 2) if pct is not None
+                else None}
+
+    def as_dict(self):
+        return {"added": [{**_describe(k), "best": self.new[k].best.short()}
+                          for k in self.added],
+                "removed": [{**_describe(k), "best": self.old[k].best.short()}
+                            for k in self.removed],
+                "changed": [self.change(k) for k in self.changed]}
+
+    def lines(self, limit=None):
+        def generate():
+            for k in self.added:
+                yield (f"+ {k.kernel} [{k.signature}] on {k.device}: "
+                       f"{self.new[k].best.short()}")
+            for k in self.removed:
+                yield (f"- {k.kernel} [{k.signature}] on {k.device}: "
+                       f"{self.old[k].best.short()}")
+            for k in self.changed:
+                c = self.change(k)
+                pct = c["run_time_change_pct"]
+                yield (f"~ {k.kernel} [{k.signature}] on {k.device}: "
+                       f"{c['old']} -> {c['new']}"
+                       + (f" ({pct:+.1f}% run time)" if pct is not None
+                          else ""))
+        total = sum(self.counts())
+        out = []
+        for line in generate():
+            if limit is not None and len(out) >= limit:
+                out.append(f"... and {total - limit} more")
+                break
+            out.append(line)
+        return out
+
+
 def diff_entries(old, new):
-    old_map = {e.key: e for e in old}
-    new_map = {e.key: e for e in new}
-    added = sorted(k for k in new_map if k not in old_map)
-    removed = sorted(k for k in old_map if k not in new_map)
-    changed = []
-    for key in sorted(k for k in new_map if k in old_map):
-        a, b = old_map[key], new_map[key]
-        if a.best != b.best:
-            pct = ((b.run_time_us - a.run_time_us) / a.run_time_us * 100.0
-                   if a.run_time_us else None)
-            changed.append({**_describe(key), "old": a.best.short(),
-                            "new": b.best.short(),
-                            "old_run_time_us": a.run_time_us,
-                            "new_run_time_us": b.run_time_us,
-                            "run_time_change_pct": (round(pct, 2)
-                                                    if pct is not None
-                                                    else None)})
-    return {"added": [{**_describe(k), "best": new_map[k].best.short()}
-                      for k in added],
-            "removed": [{**_describe(k), "best": old_map[k].best.short()}
-                        for k in removed],
-            "changed": changed}
-
-
-def format_diff(diff, limit=None):
-    lines = []
-    for item in diff["added"]:
-        lines.append(f"+ {item['kernel']} [{item['signature']}] on "
-                     f"{item['device']}: {item['best']}")
-    for item in diff["removed"]:
-        lines.append(f"- {item['kernel']} [{item['signature']}] on "
-                     f"{item['device']}: {item['best']}")
-    for item in diff["changed"]:
-        pct = item["run_time_change_pct"]
-        lines.append(f"~ {item['kernel']} [{item['signature']}] on "
-                     f"{item['device']}: {item['old']} -> {item['new']}"
-                     + (f" ({pct:+.1f}% run time)" if pct is not None
-                        else ""))
-    if limit is not None and len(lines) > limit:
-        lines = lines[:limit] + [f"... and {len(lines) - limit} more"]
-    return lines
+    return Diff(old, new)
 
 
 def cmd_diff(args):
     old, new = read_cache(args.a), read_cache(args.b)
-    diff = diff_entries(old, new)
-    differ = any(diff.values())
+    diff = Diff(old, new)
     if args.json:
-        print(json.dumps(diff, indent=2))
+        print(json.dumps(diff.as_dict(), indent=2))
     else:
-        print(f"{args.a} -> {args.b}: {len(diff['added'])} added, "
-              f"{len(diff['removed'])} removed, {len(diff['changed'])} "
-              "changed")
-        for line in format_diff(diff, limit=args.limit):
+        added, removed, changed = diff.counts()
+        print(f"{args.a} -> {args.b}: {added} added, {removed} removed, "
+              f"{changed} changed")
+        for line in diff.lines(limit=args.limit):
             print("  " + line)
-    return 1 if differ else 0
+    return 1 if diff else 0
 
 
 # -- merge ----------------------------------------------------------------

@@ -24,7 +24,7 @@ class Config:
     """
 
     __slots__ = ("kwargs", "num_warps", "num_stages", "num_ctas", "_key",
-                 "_params_text")
+                 "_params_text", "_short")
 
     def __init__(self, kwargs=None, num_warps=4, num_stages=2, num_ctas=1):
         self.kwargs = dict(sorted((kwargs or {}).items()))
@@ -40,6 +40,7 @@ class Config:
                            for k, v in self.kwargs.items()),
                      self.num_warps, self.num_stages, self.num_ctas)
         self._params_text = None
+        self._short = None
 
     @property
     def params_text(self):
@@ -92,6 +93,11 @@ class Config:
                 f"num_stages={self.num_stages})")
 
     def short(self):
+        if self._short is None:
+            self._short = self._format_short()
+        return self._short
+
+    def _format_short(self):
         parts = [f"{k}={v}" for k, v in self.kwargs.items()]
         parts += [f"num_warps={self.num_warps}", f"num_stages={self.num_stages}"]
         if self.num_ctas != 1:
@@ -171,7 +177,7 @@ class Entry:
     """
 
     __slots__ = ("key", "_best", "_run_time_us", "_candidates", "_provenance",
-                 "_decode")
+                 "_decode", "raw")
 
     def __init__(self, key, best, run_time_us, candidates=(),
                  provenance=EMPTY_PROVENANCE, decode=None):
@@ -183,6 +189,9 @@ class Entry:
         self._candidates = tuple(candidates) if decode is None else None
         self._provenance = provenance if decode is None else None
         self._decode = decode
+        # Where the entry was decoded from, kept after decoding: writing it
+        # back in the same format can copy it instead of re-encoding.
+        self.raw = decode
 
     def _materialize(self):
         decoder, payload = self._decode

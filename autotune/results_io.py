@@ -205,6 +205,11 @@ class _Encoder:
         return raw
 
     def entry(self, entry):
+        raw = entry.raw
+        if raw is not None and type(raw[0]) is _PbRestDecoder:
+            # Read from a binary file: protobuf's deterministic
+            # serialization is byte-identical to this encoder's output.
+            return raw[1].SerializeToString(deterministic=True)
         key = entry.key
         memo = self._memo
         best = memo("cfg", entry.best,
@@ -362,6 +367,13 @@ class _TextWriter:
             if run_time:
                 lines.append(f"  run_time_us: {run_time!r}")
         append = lines.append
+        raw = entry.raw
+        if raw is not None and type(raw[0]) is _TextRestDecoder \
+                and (entry._decode is None or len(raw) == 3):
+            # Read from canonical text and checked line by line when it was
+            # decoded: its candidate and provenance lines are copied.
+            append(raw[1])
+            return
         cands = entry.candidates
         ok_heads = self.ok_heads
         try:
@@ -529,6 +541,51 @@ def _parse_provenance_fast(line):
     return Provenance(**fields)
 
 
+# Possessive quantifiers (Python 3.11+): the pattern never backtracks.
+_FLOAT = r"-?\d++(?:\.\d*+)?+(?:[eE][-+]?\d++)?+"
+_QUOTED = r'"[^"\\\n]*+"'
+_CAND_LINE = (r'  candidates \{ config \{ params: "[^"\\\n]*+" num_warps: '
+              r"\d++ num_stages: \d++(?: num_ctas: \d++)?+ \}"
+              r"(?: run_time_us: " + _FLOAT + r")?+"
+              r"(?: failure: (?:" + "|".join(FAILURE_KINDS[1:]) + r"))?+"
+              r"(?: failure_detail: " + _QUOTED + r")?+ \}\n")
+_PROV_LINE = (r"  provenance \{(?: (?:triton_version|torch_version|"
+              r"cuda_version|timestamp|tuner): " + _QUOTED +
+              r"| (?:timing_spread|tuning_seconds): " + _FLOAT + r")++ \}\n")
+# The candidate and provenance lines of one canonical text entry, checked
+# in one C-speed match (what the writer produces; anything else is decoded
+# line by line). The params strings inside are checked once each.
+_REST_RE = re.compile(r"(?:" + _CAND_LINE + r")*+(?:" + _PROV_LINE + r")?+\}")
+_PARAMS_RE = re.compile(r'params: "([^"\\\n]*+)"')
+_GOOD_PARAMS = set()
+
+
+def _params_ok(rest):
+    for params in _PARAMS_RE.findall(rest):
+        if params not in _GOOD_PARAMS:
+            try:
+                Config.from_params_text(params)
+            except ValueError:
+                return False
+            _GOOD_PARAMS.add(params)
+    return True
+
+
+def check_text_rest(entry):
+    """True when `entry` was read from canonical text whose candidate and
+    provenance lines are well formed, so that writing it as text may copy
+    them; records the check on the entry."""
+    raw = entry.raw
+    if raw is None or type(raw[0]) is not _TextRestDecoder:
+        return False
+    if len(raw) == 3:
+        return True
+    if _REST_RE.fullmatch(raw[1]) is None or not _params_ok(raw[1]):
+        return False
+    entry.raw = (raw[0], raw[1], True)
+    return True
+
+
 class _TextRestDecoder:
     """Decodes the candidate and provenance lines of a text entry on demand;
     lines outside the canonical layout go through text_format."""
@@ -662,7 +719,7 @@ def decode_text_slow(text, source):
         text_format.Parse(text, results)
     except text_format.ParseError as e:
         raise CacheFileError(source, f"not a valid text autotune results "
-                             f"file: {e}")
+                             f"file: {e}") from None
     _check_header(results.version, source)
     # proto3: an entry_count of 0 cannot be told from an absent one.
     _check_count(results.entry_count or None, len(results.entries), source,

@@ -175,11 +175,11 @@ def main(argv=None):
             failed.append(target)
             print(f"regenerate: FAILED {target}: {e}")
             continue
-        diff = cache_tool.diff_entries(old, entries)
-        print(f"regenerate: {cache}: {len(entries)} entries; "
-              f"{len(diff['added'])} added, {len(diff['removed'])} removed, "
-              f"{len(diff['changed'])} changed")
-        for line in cache_tool.format_diff(diff, limit=20):
+        diff = cache_tool.Diff(old, entries)
+        added, removed, changed = diff.counts()
+        print(f"regenerate: {cache}: {len(entries)} entries; {added} added, "
+              f"{removed} removed, {changed} changed")
+        for line in diff.lines(limit=20):
             print("  " + line)
     if failed:
         print(f"regenerate: {len(failed)} dump target(s) failed: "

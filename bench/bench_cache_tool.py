@@ -1,0 +1,78 @@
+"""diff and merge of two 100,000-entry caches, binary and text.
+
+    python bench/bench_cache_tool.py [--entries 100000]
+
+The two files share half their keys; a tenth of the shared entries have a
+different best config (conflicts, resolved with --policy=prefer-faster).
+Each figure is the wall time of the tool's main() in this process,
+median of --repeat runs. Targets: 3 s binary, 6 s text.
+"""
+import argparse
+import contextlib
+import gc
+import io
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from autotune import cache_tool, results_io  # noqa: E402
+from bench_runtime import machine_speed, matmul_entries  # noqa: E402
+
+
+def make_pair(n):
+    a = matmul_entries(n, seed=1)
+    b = matmul_entries(n, seed=2)
+    # Shift b's keys so that half overlap a's.
+    b = [e.replace(key=e.key._replace(signature=e.key.signature.replace(
+        "N=4096", "N=4096" if i % 2 else "N=8192"))) for i, e in enumerate(b)]
+    # Make 90% of the shared keys agree with a.
+    a_map = {e.key: e for e in a}
+    out = []
+    for i, e in enumerate(b):
+        same = a_map.get(e.key)
+        out.append(same if same is not None and i % 10 else e)
+    return a, out
+
+
+def run_tool(argv):
+    with contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        return cache_tool.main(argv)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--entries", type=int, default=100000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    machine_speed()
+    a, b = make_pair(args.entries)
+    with tempfile.TemporaryDirectory() as tmp:
+        for ext, target in ((".pb", 3.0), (".textproto", 6.0)):
+            pa, pb_ = os.path.join(tmp, "a" + ext), os.path.join(tmp, "b" + ext)
+            results_io.dump_results(a, pa)
+            results_io.dump_results(b, pb_)
+            for name, argv, want in (
+                    ("diff", ["diff", pa, pb_], 1),
+                    ("merge", ["merge", pa, pb_, "-o",
+                               os.path.join(tmp, "out" + ext),
+                               "--policy=prefer-faster"], 0)):
+                samples = []
+                for _ in range(args.repeat):
+                    gc.collect()
+                    start = time.perf_counter()
+                    code = run_tool(argv)
+                    samples.append(time.perf_counter() - start)
+                    assert code == want, (name, code)
+                print(f"{name} of two {args.entries}-entry {ext} files"
+                      f"{'':<8} {statistics.median(samples):7.3f} s "
+                      f"(target <= {target} s) [min {min(samples):.3f}]")
+
+
+if __name__ == "__main__":
+    main()
