@@ -1,0 +1,218 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autotune import cache_key, cache_tool, results_io
+from autotune.records import Config, Provenance
+
+from test_results_io import make_entries
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tool(*argv):
+    return cache_tool.main([str(a) for a in argv])
+
+
+@pytest.fixture
+def caches(tmp_path):
+    a = make_entries(6, seed=1)
+    b = [e for e in make_entries(6, seed=1)[1:]]  # drops entry 0
+    b[0] = b[0].replace(best=Config({"BLOCK_M": 128}), run_time_us=5.0)
+    b.append(make_entries(7, seed=1)[6])  # adds entry 6
+    pa, pb = tmp_path / "a.textproto", tmp_path / "b.pb"
+    results_io.dump_results(a, pa)
+    results_io.dump_results(b, pb)
+    return pa, pb
+
+
+def test_show_json(caches, capsys):
+    pa, _ = caches
+    assert tool("show", pa, "--json") == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["entries"] == 6
+    assert info["by_kernel"] == {"matmul": 6}
+    assert info["by_triton_version"] == {"3.9.0": 6}
+    assert info["oldest"] == info["newest"] == "2026-11-29T10:00:00Z"
+    assert info["bytes"] == os.path.getsize(pa)
+
+
+def test_diff_reports_added_removed_changed(caches, capsys):
+    pa, pb = caches
+    assert tool("diff", pa, pa) == 0
+    capsys.readouterr()
+    assert tool("diff", pa, pb, "--json") == 1
+    diff = json.loads(capsys.readouterr().out)
+    assert len(diff["added"]) == 1 and len(diff["removed"]) == 1
+    assert len(diff["changed"]) == 1
+    change = diff["changed"][0]
+    assert change["new"] == "BLOCK_M=128 num_warps=4 num_stages=2"
+    assert change["run_time_change_pct"] is not None
+    assert tool("diff", pa, pb) == 1
+    out = capsys.readouterr().out
+    assert "1 added, 1 removed, 1 changed" in out and "% run time" in out
+
+
+def test_merge_conflict_policies(caches, tmp_path, capsys):
+    pa, pb = caches
+    out = tmp_path / "merged.textproto"
+    assert tool("merge", pa, pb, "-o", out) == 1
+    err = capsys.readouterr().err
+    assert "conflict:" in err and str(pa) in err and str(pb) in err
+    assert not out.exists()
+    assert tool("merge", pa, pb, "-o", out, "--policy", "prefer-first") == 0
+    merged = {e.key: e for e in results_io.load_results(out)}
+    assert len(merged) == 7
+    first = {e.key: e for e in results_io.load_results(pa)}
+    key = next(k for k in merged if k in first and
+               merged[k].best != first[k].best) if False else None
+    assert key is None
+    assert tool("merge", pa, pb, "-o", out, "--policy", "prefer-faster") == 0
+    assert any(e.best == Config({"BLOCK_M": 128})
+               for e in results_io.load_results(out))
+
+
+def test_merge_prefer_newer(tmp_path):
+    old = make_entries(1)
+    new = [old[0].replace(best=Config({"X": 1}), provenance=Provenance(
+        timestamp="2027-01-01T00:00:00Z"))]
+    pa, pb = tmp_path / "old.pb", tmp_path / "new.pb"
+    results_io.dump_results(old, pa)
+    results_io.dump_results(new, pb)
+    out = tmp_path / "out.pb"
+    assert tool("merge", pb, pa, "-o", out, "--policy", "prefer-newer") == 0
+    assert results_io.load_results(out)[0].best == Config({"X": 1})
+
+
+def test_prune_by_device_and_dry_run(tmp_path, capsys):
+    entries = make_entries(3) + make_entries(2, device="cpu/other")
+    entries[0] = entries[0].replace(provenance=entries[0].provenance._replace(
+        timestamp="2020-01-01T00:00:00Z"))
+    src = tmp_path / "all.textproto"
+    results_io.dump_results(entries, src)
+    before = src.read_bytes()
+    out = tmp_path / "pruned.textproto"
+    assert tool("prune", src, "--device", "cpu/other", "--dry-run") == 0
+    assert "would drop" in capsys.readouterr().out and not out.exists()
+    assert tool("prune", src, "-o", out, "--device", "cpu/other") == 0
+    assert len(results_io.load_results(out)) == 3
+    assert tool("prune", src, "-o", out, "--keep_device", "cpu/other") == 0
+    assert len(results_io.load_results(out)) == 2
+    assert tool("prune", src, "-o", out, "--older_than", "365d") == 0
+    assert len(results_io.load_results(out)) == 4  # the 2020 entry went
+    assert src.read_bytes() == before
+
+
+def test_prune_and_verify_stale_kernels(tmp_path, capsys):
+    import tiny_kernels  # noqa: F401  (defines axpb_kernel)
+    tuned = tiny_kernels.make_tuner()
+    fresh = make_entries(1)[0]
+    fresh = fresh.replace(key=fresh.key._replace(
+        kernel=tuned.name, fingerprint=tuned.fingerprint))
+    stale = fresh.replace(key=fresh.key._replace(fingerprint="0" * 16))
+    gone = make_entries(1)[0]  # kernel "matmul": not in the module
+    src = tmp_path / "c.textproto"
+    results_io.dump_results([fresh, stale, gone], src)
+    module = ["--kernel_module", "tests_kernels_module"]
+    sys.modules["tests_kernels_module"] = type(sys)("tests_kernels_module")
+    sys.modules["tests_kernels_module"].tuned = tuned
+    assert tool("verify", src, *module) == 1
+    out = capsys.readouterr().out
+    assert "stale: kernel changed" in out and "no kernel of this name" in out
+    pruned = tmp_path / "p.textproto"
+    assert tool("prune", src, "-o", pruned, "--stale", *module) == 0
+    assert [e.key for e in results_io.load_results(pruned)] == [fresh.key]
+    assert tool("verify", pruned, *module) == 0
+
+
+def test_convert_round_trip_is_byte_identical(tmp_path):
+    src = tmp_path / "c.textproto"
+    results_io.dump_results(make_entries(12), src)
+    binary, directory = tmp_path / "c.pb", str(tmp_path / "dir") + os.sep
+    back = tmp_path / "back.textproto"
+    assert tool("convert", src, binary) == 0
+    assert tool("convert", binary, directory) == 0
+    assert len(os.listdir(directory)) == 12
+    assert tool("convert", directory, back) == 0
+    assert back.read_bytes() == src.read_bytes()
+    assert tool("verify", directory) == 0
+
+
+def test_verify_file_name_mismatch_in_directory(tmp_path, capsys):
+    d = tmp_path / "dir"
+    assert tool("convert", _file(tmp_path), str(d) + os.sep) == 0
+    name = sorted(os.listdir(d))[0]
+    os.rename(d / name, d / ("matmul." + "0" * 32 + ".textproto"))
+    assert tool("verify", d) == 2
+    assert "does not match the cache key" in capsys.readouterr().out
+
+
+def _file(tmp_path):
+    src = tmp_path / "src.textproto"
+    results_io.dump_results(make_entries(3), src)
+    return src
+
+
+def _bad_inputs(tmp_path):
+    good = results_io.encode(make_entries(4), "x.textproto")
+    truncated = tmp_path / "truncated.textproto"
+    truncated.write_bytes(good[:len(good) // 2])
+    garbage = tmp_path / "garbage.pb"
+    garbage.write_bytes(b"\xff\xfe\xfd garbage")
+    future = tmp_path / "future.textproto"
+    future.write_text("version: 99\n")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    results_io.dump_results(make_entries(1), foreign / cache_key.file_name(
+        make_entries(1)[0].key))
+    (foreign / "notes.md").write_text("not a cache file")
+    missing = tmp_path / "missing.textproto"
+    return {"truncated": (truncated, "truncated"),
+            "garbage": (garbage, "decode failed"),
+            "future": (future, "unknown format version 99"),
+            "foreign": (foreign, "foreign file"),
+            "missing": (missing, "no such file")}
+
+
+@pytest.mark.parametrize("kind", ["truncated", "garbage", "future", "foreign",
+                                  "missing"])
+@pytest.mark.parametrize("command", ["show", "diff", "merge", "prune",
+                                     "verify", "convert"])
+def test_every_subcommand_rejects_bad_input(tmp_path, kind, command):
+    bad, reason = _bad_inputs(tmp_path)[kind]
+    good = _file(tmp_path)
+    out = tmp_path / "out.textproto"
+    argv = {"show": ["show", bad],
+            "diff": ["diff", good, bad],
+            "merge": ["merge", good, bad, "-o", out],
+            "prune": ["prune", bad, "-o", out, "--device", "x"],
+            "verify": ["verify", bad],
+            "convert": ["convert", bad, out]}[command]
+    before = sorted(os.listdir(tmp_path))
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "autotune_cache.py")]
+        + [str(a) for a in argv], capture_output=True, text=True)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    message = (result.stderr + result.stdout).strip().splitlines()
+    errors = [line for line in message if str(bad) in line]
+    assert len(errors) == 1 and reason in errors[0], message
+    assert sorted(os.listdir(tmp_path)) == before  # nothing written
+
+
+def test_output_equal_to_input_is_refused(tmp_path):
+    src = _file(tmp_path)
+    before = src.read_bytes()
+    assert tool("convert", src, src) == 2
+    assert src.read_bytes() == before
+
+
+def test_runs_as_module_and_documents_exit_codes():
+    result = subprocess.run([sys.executable, "-m", "autotune.cache_tool",
+                             "--help"], cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.returncode == 0
+    assert "Exit codes" in result.stdout and "  2  bad input" in result.stdout
