@@ -164,3 +164,57 @@ def test_lookup_config_reports_hit_config(session_factory):
     x = torch.zeros(33)
     config = tuned.lookup_config(x, x, 33, 2.0)
     assert config == next(iter(sess.cache.memory.values())).best
+
+
+def test_miss_policy_nearest_reuses_the_nearest_shape(session_factory):
+    sess = session_factory()
+    tuned = tk.make_tuner()
+    tk.run(tuned, 64)
+    tuned_entry = next(iter(sess.cache.memory.values()))
+    sess.finish()
+    dump = list(sess.cache.memory.values())
+    nearest = session_factory(autotune_miss_policy="nearest")
+    nearest.cache.loaded.update({e.key: e for e in dump})
+    nearest.cache.sources.update({e.key: "test" for e in dump})
+    x, y = tk.run(tk.make_tuner(), 100)
+    assert torch.allclose(y, x * 2.0 + 1.0)
+    assert nearest.stats.nearest == 1 and nearest.stats.candidate_benchmarks == 0
+    report = nearest.report()
+    status = [f for f in report["fusions"] if "n=100" in f["signature"]][0]
+    assert status["status"] == "nearest" and "n=64" in status["source"]
+    new_entry = [e for e in nearest.cache.memory.values()
+                 if "n=100" in e.key.signature][0]
+    assert new_entry.best == tuned_entry.best
+    assert new_entry.provenance.tuner == "nearest"
+
+
+def test_miss_policy_seeded_measures_neighbour_configs_first(session_factory):
+    sess = session_factory()
+    tk.run(tk.make_tuner(), 64)
+    dump = list(sess.cache.memory.values())
+    seeded = session_factory(autotune_miss_policy="seeded")
+    seeded.cache.loaded.update({e.key: e for e in dump})
+    seeded.cache.sources.update({e.key: "test" for e in dump})
+    tk.run(tk.make_tuner(), 100)
+    entry = [e for e in seeded.cache.memory.values()
+             if "n=100" in e.key.signature][0]
+    assert seeded.stats.tuned == 1
+    assert entry.best in tk.GOOD
+
+
+def test_evolutionary_search_over_a_space(session_factory):
+    sess = session_factory()
+    space = autotune.Space({"BLOCK": [16, 32, 64], "BUG": [0, 1]},
+                           num_warps=[2, 4])
+    def reference(x, y, n, alpha, **_):
+        y.copy_(x * alpha + 1.0)
+    # With a reference: the search's first candidate may be a wrong one.
+    tuned = autotune.tune(tk.axpb_kernel, None, key=["n"], space=space,
+                          search="evolutionary", budget=6, seed=1,
+                          reference=reference)
+    x, y = tk.run(tuned, 40)
+    assert torch.allclose(y, x * 2.0 + 1.0)
+    entry = next(iter(sess.cache.memory.values()))
+    assert entry.provenance.tuner == "evolutionary"
+    assert len(entry.candidates) == 6 == sess.stats.candidate_benchmarks
+    assert entry.best.kwargs["BUG"] == 0

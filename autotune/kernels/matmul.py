@@ -85,3 +85,49 @@ def reference(a, b, bias, activation="relu"):
     elif activation == "leaky_relu":
         out = torch.nn.functional.leaky_relu(out, 0.01)
     return out.to(a.dtype)
+
+
+def search_space():
+    """The space the evolutionary search and the parallel tuner explore."""
+    from autotune.search.space import Space
+    return Space({"BLOCK_M": [16, 32, 64], "BLOCK_N": [16, 32, 64],
+                  "BLOCK_K": [16, 32], "GROUP_M": [4]},
+                 constraints=["BLOCK_M * BLOCK_N <= 2048"],
+                 num_warps=[2, 4], num_stages=[2, 3])
+
+
+def candidate_objective(device, M=48, N=48, K=64, activation="relu",
+                        threads=1):
+    """Objective for a parallel tuning worker: measures configs of one
+    matmul fusion on this worker's device (a GPU, or one CPU thread under
+    the interpreter). Picklable through functools.partial."""
+    from autotune import backends, tuner
+    from autotune.search.evolutionary import Measurement
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    on_gpu = backends.gpu_available()
+    dev = "cuda" if on_gpu else "cpu"
+    a, b = torch.randn(M, K, device=dev), torch.randn(K, N, device=dev)
+    bias, c = torch.randn(N, device=dev), torch.empty(M, N, device=dev)
+    kernel = matmul_bias_act_kernel.kernel
+
+    def launch(config):
+        grid = (triton.cdiv(M, config.kwargs["BLOCK_M"])
+                * triton.cdiv(N, config.kwargs["BLOCK_N"]),)
+        kernel[grid](a, b, bias, c, M, N, K, a.stride(0), a.stride(1),
+                     b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                     ACTIVATION=activation, **config.all_kwargs())
+
+    def write_reference(**_):
+        c.copy_(reference(a, b, bias, activation))
+    evaluator = tuner.CandidateEvaluator(
+        backends.select_backend("auto"), launch,
+        {"a": a, "b": b, "bias": bias, "c": c}, outputs=["c"],
+        reference=write_reference, rtol=1e-4, atol=1e-4)
+
+    def objective(config):
+        candidate, timing = evaluator(config)
+        return Measurement(config, candidate.run_time_us if candidate.ok
+                           else None, candidate.failure,
+                           candidate.failure_detail, None)
+    return objective

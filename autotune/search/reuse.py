@@ -64,3 +64,25 @@ def seed_configs(entries, per_entry=3):
             if config not in out:
                 out.append(config)
     return out
+
+
+def diverse_top(configs, k, key_names=None):
+    """Up to k configs from a ranking (fastest first), taking the best of
+    each combination of the two-valued parameters before the runners-up:
+    another device's optimum often sits in another such basin."""
+    def niche(config):
+        names = key_names or [n for n in config.kwargs]
+        return tuple(config.kwargs[n] for n in names)
+    picked, seen = [], set()
+    for config in configs:
+        if niche(config) not in seen:
+            seen.add(niche(config))
+            picked.append(config)
+        if len(picked) >= k:
+            return picked
+    for config in configs:
+        if config not in picked:
+            picked.append(config)
+        if len(picked) >= k:
+            break
+    return picked

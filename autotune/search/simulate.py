@@ -1,0 +1,176 @@
+"""Recorded timing tables as the objective: strategies compared offline.
+
+Reads Kernel Tuner cache files (JSON, optionally gzipped: `tune_params`,
+`cache` mapping "v1,v2,..." to a record whose `time` is milliseconds or a
+failure string) and T1 space files (constraints under
+ConfigurationSpace.Conditions).
+"""
+import gzip
+import json
+import os
+
+from autotune.records import Config
+from autotune.search.space import Space, SpaceError
+
+FAILURE_STRINGS = {"RuntimeFailedConfig": "RUNTIME_ERROR",
+                   "CompilationFailedConfig": "COMPILE_ERROR",
+                   "InvalidConfig": "COMPILE_ERROR"}
+
+
+class TableError(Exception):
+    pass
+
+
+class TableMiss(TableError):
+    """The search asked for a configuration the table does not hold."""
+
+
+def _read_json(path):
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise TableError(f"{path}: no such file")
+    except (OSError, ValueError, EOFError) as e:
+        raise TableError(f"{path}: not a JSON timing table ({e})")
+
+
+def load_t1_constraints(path):
+    data = _read_json(path)
+    try:
+        conditions = data["ConfigurationSpace"]["Conditions"]
+        return [c["Expression"] for c in conditions]
+    except (KeyError, TypeError):
+        raise TableError(f"{path}: no ConfigurationSpace.Conditions")
+
+
+class TimingTable:
+    """config -> measured time (ms) or failure kind, for one device."""
+
+    def __init__(self, path, constraints=()):
+        data = _read_json(path)
+        try:
+            self.params = {k: list(v) for k, v in data["tune_params"].items()}
+            self.keys = list(data.get("tune_params_keys") or self.params)
+            cache = data["cache"]
+        except (KeyError, TypeError, AttributeError):
+            raise TableError(f"{path}: not a Kernel Tuner cache file "
+                             "(needs tune_params and cache)")
+        self.path = path
+        self.device = data.get("device_name") or os.path.basename(path)
+        self.times = {}
+        for key, record in cache.items():
+            values = tuple(_number(v) for v in key.split(","))
+            t = record.get("time") if isinstance(record, dict) else None
+            if isinstance(t, (int, float)):
+                self.times[values] = float(t)
+            else:
+                self.times[values] = FAILURE_STRINGS.get(str(t),
+                                                         "RUNTIME_ERROR")
+        # Launch options are not part of these spaces: one fixed value.
+        self.space = Space(self.params, constraints=constraints,
+                           num_warps=(4,), num_stages=(2,))
+
+    def key_of(self, config):
+        return tuple(config.kwargs[k] for k in self.keys)
+
+    def __call__(self, config):
+        """Time in ms, or a failure kind string."""
+        try:
+            return self.times[self.key_of(config)]
+        except KeyError:
+            raise TableMiss(f"{self.path}: no measurement for "
+                            f"{config.short()}") from None
+
+    def optimum(self):
+        return min(t for t in self.times.values() if isinstance(t, float))
+
+    def config_of(self, values):
+        return Config(dict(zip(self.keys, values)), 4, 2)
+
+    def ranked(self):
+        """Measured configs, fastest first."""
+        good = [(t, k) for k, t in self.times.items() if isinstance(t, float)]
+        return [self.config_of(k) for t, k in sorted(good)]
+
+
+def _number(text):
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def load_benchmark_hub(directory):
+    """{gpu: TimingTable} of the convolution tables in `directory`."""
+    constraints = load_t1_constraints(os.path.join(directory,
+                                                   "convolution_T1.json"))
+    tables = {}
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("convolution_") and name.endswith(".json.gz"):
+            gpu = name[len("convolution_"):-len(".json.gz")]
+            tables[gpu] = TimingTable(os.path.join(directory, name),
+                                      constraints)
+    if not tables:
+        raise TableError(f"{directory}: no convolution_*.json.gz tables")
+    return tables
+
+
+__all__ = ["TimingTable", "TableError", "TableMiss", "load_benchmark_hub",
+           "load_t1_constraints", "SpaceError"]
+
+
+def main(argv=None):
+    """Runs the search on a recorded table: a quick way to try a budget or
+    a seed offline. Errors are one line, exit code 2."""
+    import argparse
+    import sys
+
+    from autotune.search import evolutionary
+    parser = argparse.ArgumentParser(
+        prog="python -m autotune.search.simulate",
+        description="Search a recorded timing table (Kernel Tuner cache "
+                    "format) as if it were the GPU.")
+    parser.add_argument("table")
+    parser.add_argument("--constraints", help="T1 file with the space's "
+                        "constraints (ConfigurationSpace.Conditions)")
+    parser.add_argument("--constraint", action="append", default=[],
+                        help="extra constraint, a Python expression")
+    parser.add_argument("--budget", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        constraints = list(args.constraint)
+        if args.constraints:
+            constraints = load_t1_constraints(args.constraints) + constraints
+        table = TimingTable(args.table, constraints)
+
+        def measure(config):
+            t = table(config)
+            if isinstance(t, float):
+                return evolutionary.Measurement(config, t)
+            return evolutionary.Measurement(config, None, t)
+        search = evolutionary.EvolutionarySearch(table.space,
+                                                 budget=args.budget,
+                                                 seed=args.seed)
+        result = search.run(measure)
+    except (TableError, SpaceError, evolutionary.SearchError) as e:
+        print(f"simulate: error: {e}", file=sys.stderr)
+        return 2
+    if result.best is None:
+        print(f"simulate: no config ran in {len(result.measurements)} "
+              "evaluations", file=sys.stderr)
+        return 1
+    print(f"best after {len(result.measurements)} evaluations: "
+          f"{result.best.config.short()} {result.best.time:.4f} ms "
+          f"({result.best.time / table.optimum():.4f} x the table's "
+          "optimum)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

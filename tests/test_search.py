@@ -1,0 +1,204 @@
+import functools
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autotune.records import Config
+from autotune.search import evolutionary as ev
+from autotune.search import reuse, simulate
+from autotune.search.parallel import ParallelEvaluator
+from autotune.search.space import Space, SpaceError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HUB = os.path.join(os.path.dirname(ROOT), "shared", "data", "benchmark_hub")
+
+
+def synthetic_table(path, failing=((4, 2),)):
+    """A Kernel Tuner cache file: time = (x - 5)^2 + (y - 3)^2 + 1 ms."""
+    params = {"x": list(range(10)), "y": list(range(6))}
+    cache = {}
+    for x in params["x"]:
+        for y in params["y"]:
+            t = float((x - 5) ** 2 + (y - 3) ** 2 + 1)
+            cache[f"{x},{y}"] = {"x": x, "y": y, "time": (
+                "RuntimeFailedConfig" if (x, y) in failing else t)}
+    with gzip.open(path, "wt") as f:
+        json.dump({"device_name": "synthetic", "tune_params": params,
+                   "tune_params_keys": ["x", "y"], "cache": cache}, f)
+    return str(path)
+
+
+def measure_with(table, log=None):
+    def measure(config):
+        if log is not None:
+            log.append(config)
+        t = table(config)
+        return ev.Measurement(config, t) if isinstance(t, float) else \
+            ev.Measurement(config, None, t)
+    return measure
+
+
+def test_space_constraints_and_errors():
+    space = Space({"A": [16, 32, 64], "B": [1, 2]},
+                  constraints=["A * B <= 64", lambda v: v["A"] != 32])
+    assert [c.kwargs for c in space.configs()] == [
+        {"A": 16, "B": 1}, {"A": 16, "B": 2}, {"A": 64, "B": 1}]
+    with pytest.raises(SpaceError, match="empty after applying 1"):
+        Space({"A": [1, 2]}, constraints=["A > 5"]).configs()
+    with pytest.raises(SpaceError, match="raised ZeroDivisionError"):
+        Space({"A": [0, 1]}, constraints=["1 / A > 0"]).configs()
+    with pytest.raises(SpaceError, match="not a Python expression"):
+        Space({"A": [1]}, constraints=["A >"])
+    with pytest.raises(SpaceError, match="has no values"):
+        Space({"A": []})
+
+
+def test_search_is_deterministic_unique_and_finds_the_optimum(tmp_path):
+    table = simulate.TimingTable(synthetic_table(tmp_path / "t.json.gz"))
+    runs = []
+    for _ in range(2):
+        log = []
+        result = ev.EvolutionarySearch(table.space, budget=30, seed=7).run(
+            measure_with(table, log))
+        runs.append(log)
+        assert len(log) == 30 and len(set(log)) == 30
+        assert result.best.time == 1.0
+    assert runs[0] == runs[1]
+    other = []
+    ev.EvolutionarySearch(table.space, budget=30, seed=8).run(
+        measure_with(table, other))
+    assert other != runs[0]
+
+
+def test_failed_configs_never_win(tmp_path):
+    table = simulate.TimingTable(synthetic_table(
+        tmp_path / "t.json.gz", failing=((5, 3),)))  # the optimum fails
+    result = ev.EvolutionarySearch(table.space, budget=60, seed=0).run(
+        measure_with(table))
+    assert any(m.failure == "RUNTIME_ERROR" for m in result.measurements)
+    assert result.best.config != Config({"x": 5, "y": 3})
+    assert result.best.time == 2.0
+
+
+def test_seeds_are_measured_first(tmp_path):
+    table = simulate.TimingTable(synthetic_table(tmp_path / "t.json.gz"))
+    seeds = [Config({"x": 5, "y": 3}), Config({"x": 0, "y": 0})]
+    log = []
+    ev.EvolutionarySearch(table.space, budget=10, seed=0, seeds=seeds).run(
+        measure_with(table, log))
+    assert log[:2] == seeds
+
+
+def test_budgets(tmp_path):
+    table = simulate.TimingTable(synthetic_table(tmp_path / "t.json.gz"))
+    with pytest.raises(ev.SearchError, match="budget must be positive"):
+        ev.EvolutionarySearch(table.space, budget=0)
+    slow = []
+
+    def measure(config):
+        import time
+        time.sleep(0.05)
+        slow.append(config)
+        return measure_with(table)(config)
+    result = ev.EvolutionarySearch(table.space, budget=60,
+                                   time_budget_s=0.3).run(measure)
+    assert result.stopped_by == "time" and len(slow) < 60
+
+
+def test_table_without_the_asked_config(tmp_path):
+    path = synthetic_table(tmp_path / "t.json.gz")
+    table = simulate.TimingTable(path)
+    with pytest.raises(simulate.TableMiss, match="no measurement for x=99"):
+        table(Config({"x": 99, "y": 0}, 4, 2))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--budget", "0"], "budget must be positive"),
+    (["--constraint", "x > 100"], "empty after applying"),
+    (["--constraint", "x / 0 > 1"], "raised ZeroDivisionError"),
+])
+def test_simulate_cli_bad_input(tmp_path, argv, message):
+    path = synthetic_table(tmp_path / "t.json.gz")
+    result = subprocess.run([sys.executable, "-m", "autotune.search.simulate",
+                             path] + argv, cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_simulate_cli_table_missing_a_config(tmp_path):
+    path = tmp_path / "holey.json.gz"
+    synthetic_table(path)
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    del data["cache"]["5,3"]
+    with gzip.open(path, "wt") as f:
+        json.dump(data, f)
+    result = subprocess.run([sys.executable, "-m", "autotune.search.simulate",
+                             str(path), "--budget", "60"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no measurement for x=5 y=3" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_diverse_top_takes_each_basin_first():
+    ranked = [Config({"A": a, "F": f}) for a, f in
+              [(1, 0), (2, 0), (3, 0), (9, 1)]]
+    assert reuse.diverse_top(ranked, 2, ["F"]) == [ranked[0], ranked[3]]
+
+
+def test_shape_distance_prefers_nearby_sizes():
+    assert reuse.shape_distance("M=64,N=64;d", "M=128,N=64;d") == 1.0
+    assert reuse.shape_distance("M=64;d", "M=64,N=1;d") == float("inf")
+
+
+@pytest.mark.skipif(not os.path.isdir(HUB), reason="benchmark_hub data "
+                    "not present")
+def test_search_on_recorded_a100_table():
+    tables = simulate.load_benchmark_hub(HUB)
+    table = tables["A100"]
+    assert len(table.space) == 4362
+    result = ev.EvolutionarySearch(table.space, budget=200, seed=0).run(
+        measure_with(table))
+    assert result.best.time / table.optimum() <= 1.05
+
+
+# -- parallel workers (real processes) ------------------------------------
+
+def crashing_objective(device, crash_on):
+    def objective(config):
+        if config.kwargs["x"] == crash_on:
+            os._exit(3)  # the worker dies mid-candidate
+        return ev.Measurement(config, float(config.kwargs["x"]) + 1.0)
+    return objective
+
+
+def test_parallel_worker_death_loses_nothing():
+    configs = [Config({"x": i}) for i in range(8)]
+    factory = functools.partial(crashing_objective, crash_on=5)
+    with ParallelEvaluator(factory, devices=["cpu0", "cpu1"],
+                           retries=1) as evaluator:
+        results = evaluator.evaluate(configs)
+        assert evaluator.lost_workers == 2  # first try and the retry
+    assert [r.config for r in results] == configs
+    for r in results:
+        if r.config.kwargs["x"] == 5:
+            assert r.failure == "RUNTIME_ERROR" and "died" in r.detail
+        else:
+            assert r.ok and r.time == r.config.kwargs["x"] + 1.0
+
+
+def test_parallel_tuning_of_real_triton_candidates():
+    from autotune.kernels import matmul
+    space = matmul.search_space()
+    factory = functools.partial(matmul.candidate_objective, M=32, N=32, K=32)
+    with ParallelEvaluator(factory, devices=["cpu0", "cpu1"]) as evaluator:
+        search = ev.EvolutionarySearch(space, budget=8, seed=0, batch=4)
+        result = search.run(measure_many=evaluator.evaluate)
+    assert len(result.measurements) == 8
+    assert result.best is not None and result.best.time > 0
