@@ -159,7 +159,10 @@ class Session:
                 raise AutotuneCacheMissError(self.miss_keys)
             policy = self.options.autotune_miss_policy
             neighbours = neighbours_fn() if neighbours_fn else []
-            if policy == "nearest" and neighbours:
+            same_device = [n for n in neighbours
+                           if n.key.device == key.device]
+            if policy == "nearest" and same_device:
+                neighbours = same_device
                 entry = neighbours[0].replace(
                     key=key, candidates=(),
                     provenance=neighbours[0].provenance._replace(
@@ -433,12 +436,19 @@ class Autotuner:
         if self.space is None or self.search == "exhaustive":
             configs = self.configs if self.space is None else \
                 self.space.configs()
-            configs = list(seeds) + [c for c in configs if c not in seeds]
-            result = tuner.run_candidates(evaluator, configs)
+            rest = [c for c in configs if c not in seeds]
+            if seeds:
+                # seeded: a short search, the neighbours' configs first.
+                rest = rest[:max(1, len(rest) // 2)]
+            result = tuner.run_candidates(evaluator, list(seeds) + rest,
+                                          "seeded" if seeds else "exhaustive")
         else:
             from autotune.search import evolutionary
+            budget = self.budget
+            if seeds and budget:
+                budget = max(len(seeds) + 1, budget // 2)
             result = evolutionary.tune_with_search(
-                evaluator, self.space, budget=self.budget, seed=self.seed,
+                evaluator, self.space, budget=budget, seed=self.seed,
                 seeds=seeds)
         return Entry(key, result.best.config, result.best.run_time_us,
                      sorted(result.candidates,

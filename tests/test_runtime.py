@@ -200,6 +200,10 @@ def test_miss_policy_seeded_measures_neighbour_configs_first(session_factory):
              if "n=100" in e.key.signature][0]
     assert seeded.stats.tuned == 1
     assert entry.best in tk.GOOD
+    assert entry.provenance.tuner == "seeded"
+    # The neighbour's winner was measured first, and the search was short.
+    assert entry.candidates and len(entry.candidates) < 4
+    assert seeded.stats.candidate_benchmarks == len(entry.candidates)
 
 
 def test_evolutionary_search_over_a_space(session_factory):
