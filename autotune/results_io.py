@@ -194,6 +194,10 @@ class _Encoder:
     def __init__(self):
         self.fields = {}
         self.ok_prefixes = {}
+        self.heads = {}
+        self.bests = {}
+        self.provenances = {}
+        self.tuners = {}
 
     def _memo(self, kind, value, make):
         # Keyed by identity where values are shared objects; entries keep
@@ -212,14 +216,19 @@ class _Encoder:
             return raw[1].SerializeToString(deterministic=True)
         key = entry.key
         memo = self._memo
-        best = memo("cfg", entry.best,
-                    lambda c: _len_field(b"\x32", _encode_config(c)))
-        parts = [memo("dev", key.device, lambda v: _str_field(b"\x0a", v)),
-                 memo("ker", key.kernel, lambda v: _str_field(b"\x12", v)),
-                 memo("fp", key.fingerprint, lambda v: _str_field(b"\x1a", v)),
-                 _str_field(b"\x22", key.signature),
-                 _int_field(b"\x28", key.key_version),
-                 best,
+        head_key = (key.device, key.kernel, key.fingerprint)
+        head = self.heads.get(head_key)
+        if head is None:
+            head = self.heads[head_key] = (
+                _str_field(b"\x0a", key.device)
+                + _str_field(b"\x12", key.kernel)
+                + _str_field(b"\x1a", key.fingerprint))
+        best = self.bests.get(id(entry.best))
+        if best is None:
+            best = self.bests[id(entry.best)] = _len_field(
+                b"\x32", _encode_config(entry.best))
+        parts = [head, _str_field(b"\x22", key.signature),
+                 _int_field(b"\x28", key.key_version), best,
                  _double_field(b"\x39", entry.run_time_us)]
         ok_prefixes = self.ok_prefixes
         for config, run_time, failure, detail in entry.candidates:
@@ -240,19 +249,24 @@ class _Encoder:
             if detail:
                 body += _str_field(b"\x22", detail)
             parts.append(_len_field(b"\x42", body))
-        parts.append(memo("prov", entry.provenance, self._provenance))
-        return b"".join(parts)
-
-    @staticmethod
-    def _provenance(p):
-        prov = (_str_field(b"\x0a", p.triton_version)
+        # Provenance: the strings repeat across a run's entries and are
+        # encoded once; the two numbers are per entry (fields 5 and 7).
+        p = entry.provenance
+        strings = self.provenances.get(p[:4])
+        if strings is None:
+            strings = self.provenances[p[:4]] = (
+                _str_field(b"\x0a", p.triton_version)
                 + _str_field(b"\x12", p.torch_version)
                 + _str_field(b"\x1a", p.cuda_version)
-                + _str_field(b"\x22", p.timestamp)
-                + _double_field(b"\x29", p.timing_spread)
-                + _str_field(b"\x32", p.tuner)
+                + _str_field(b"\x22", p.timestamp))
+        tuner = self.tuners.get(p.tuner)
+        if tuner is None:
+            tuner = self.tuners[p.tuner] = _str_field(b"\x32", p.tuner)
+        prov = (strings + _double_field(b"\x29", p.timing_spread) + tuner
                 + _double_field(b"\x39", p.tuning_seconds))
-        return _len_field(b"\x4a", prov) if prov else b""
+        if prov:
+            parts.append(_len_field(b"\x4a", prov))
+        return b"".join(parts)
 
 
 def encode_binary(entries):
