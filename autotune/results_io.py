@@ -342,6 +342,26 @@ class _TextWriter:
         self.provenances = {}
         self.quoted = {}
         self.ok_heads = {}
+        self.prov_tails = {}
+
+    def _config_head(self, config):
+        head = self.candidates.get(id(config))
+        if head is None:
+            head = self.candidates[id(config)] = (
+                f"  candidates {{ config {{ {_format_config(config)} }}")
+            self.ok_heads[id(config)] = head + " run_time_us: "
+        return head
+
+    def _candidate_line(self, candidate):
+        config, run_time, failure, detail = candidate
+        text = self._config_head(config)
+        if run_time:
+            text += f" run_time_us: {run_time!r}"
+        if failure != "NONE":
+            text += f" failure: {failure}"
+        if detail:
+            text += f" failure_detail: {self.quote(detail)}"
+        return text + " }"
 
     def quote(self, text):
         quoted = self.quoted.get(text)
@@ -390,49 +410,41 @@ class _TextWriter:
             return
         cands = entry.candidates
         ok_heads = self.ok_heads
+        other = self._candidate_line
         try:
-            # Common case: every candidate measured, configs seen before.
-            fast = [f"{ok_heads[id(c[0])]}{c[1]!r} }}" for c in cands
-                    if c[2] == "NONE" and c[1] and not c[3]]
+            # One pass; measured candidates (the bulk) inline, others (failed,
+            # or with a detail) through _candidate_line.
+            lines.extend([f"{ok_heads[id(c[0])]}{c[1]!r} }}"
+                          if c[2] == "NONE" and c[1] and not c[3]
+                          else other(c) for c in cands])
         except KeyError:
-            fast = ()
-        heads = self.candidates
-        if len(fast) == len(cands):
-            lines.extend(fast)
-            cands = ()
-        for config, run_time, failure, detail in cands:
-            head = heads.get(id(config))
-            if head is None:
-                head = heads[id(config)] = (
-                    f"  candidates {{ config {{ {_format_config(config)} }}")
-                ok_heads[id(config)] = head + " run_time_us: "
-            if failure == "NONE" and not detail:
-                append(f"{head} run_time_us: {run_time!r} }}" if run_time
-                       else head + " }")
-                continue
-            text = head
-            if run_time:
-                text += f" run_time_us: {run_time!r}"
-            if failure != "NONE":
-                text += f" failure: {failure}"
-            if detail:
-                text += f" failure_detail: {self.quote(detail)}"
-            append(text + " }")
+            # A config seen for the first time: format it, then retry.
+            for c in cands:
+                self._config_head(c[0])
+            lines.extend([f"{ok_heads[id(c[0])]}{c[1]!r} }}"
+                          if c[2] == "NONE" and c[1] and not c[3]
+                          else other(c) for c in cands])
         p = entry.provenance
         prefix = self.provenances.get(p[:4] + p[5:6])
         if prefix is None:
             prefix = self.provenances[p[:4] + p[5:6]] = _provenance_prefix(p)
         spread, seconds = p.timing_spread, p.tuning_seconds
         if spread or seconds:
-            text = prefix
-            if spread:
-                text += f" timing_spread: {float(spread)!r}"
-            if seconds:
-                text += f" tuning_seconds: {float(seconds)!r}"
-            append(text + " }")
+            # Both are rounded when measured: few distinct values, each
+            # formatted once.
+            tail = self.prov_tails.get((spread, seconds))
+            if tail is None:
+                tail = ""
+                if spread:
+                    tail += f" timing_spread: {float(spread)!r}"
+                if seconds:
+                    tail += f" tuning_seconds: {float(seconds)!r}"
+                tail = self.prov_tails[(spread, seconds)] = tail + " }\n}"
+            append(prefix + tail)
         elif prefix:
-            append(prefix + " }")
-        append("}")
+            append(prefix + " }\n}")
+        else:
+            append("}")
 
 
 def _provenance_prefix(p):
