@@ -269,6 +269,8 @@ def merge_entries(sources, policy="fail"):
 
 def cmd_merge(args):
     sources = [(p, read_cache(p)) for p in args.inputs]
+    for path, entries in sources:
+        materialize(entries, path)  # bad input is reported before conflicts
     merged, conflicts = merge_entries(sources, args.policy)
     for c in conflicts:
         print(f"conflict: {c['kernel']} [{c['signature']}] on {c['device']}: "
@@ -281,8 +283,6 @@ def cmd_merge(args):
               "--policy=prefer-faster, prefer-newer or prefer-first",
               file=sys.stderr)
         return 1
-    for path, entries in sources:
-        materialize(entries, path)
     write_cache(merged, args.output, inputs=args.inputs)
     print(f"merge: wrote {len(merged)} entries to {args.output}"
           + (f" ({len(conflicts)} conflict(s) resolved by {args.policy})"

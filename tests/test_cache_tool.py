@@ -216,3 +216,17 @@ def test_runs_as_module_and_documents_exit_codes():
                             text=True)
     assert result.returncode == 0
     assert "Exit codes" in result.stdout and "  2  bad input" in result.stdout
+
+
+def test_merge_rejects_a_malformed_candidate_line(tmp_path, capsys):
+    good = _file(tmp_path)
+    text = results_io.encode(make_entries(4, seed=9), "x.textproto").decode()
+    start = text.index("  candidates {")
+    at = text.index("run_time_us: ", start) + len("run_time_us: ")
+    bad = tmp_path / "bad.textproto"
+    bad.write_text(text[:at] + "fast" + text[at:])
+    out = tmp_path / "out.textproto"
+    assert tool("merge", good, bad, "-o", out) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "bad candidate" in err
+    assert not out.exists()
