@@ -19,6 +19,7 @@ lookups need only keys and best configs.
 """
 import contextlib
 import gc
+import operator
 import os
 import re
 import struct
@@ -773,8 +774,11 @@ def _no_gc():
             gc.enable()
 
 
+_BY_KEY = operator.attrgetter("key")
+
+
 def sort_entries(entries):
-    return sorted(entries, key=lambda e: e.key)
+    return sorted(entries, key=_BY_KEY)
 
 
 def encode(entries, path):
