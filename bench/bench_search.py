@@ -70,7 +70,8 @@ def kernel_tuner_run(kt_cache, table, restrictions, strategy, seed, budget):
 
 
 def summarize(values):
-    return f"{statistics.median(values):7.4f} ({max(values):6.3f})"
+    return (f"{statistics.median(values):6.4f} {statistics.mean(values):5.3f} "
+            f"({max(values):5.3f})")
 
 
 def main():
@@ -85,10 +86,10 @@ def main():
         os.path.join(args.data, "convolution_T1.json"))
     seeds = range(args.seeds)
     start = time.time()
-    print(f"best found / optimum after {args.budget} evaluations: median "
-          f"(worst) over {args.seeds} seeds")
-    print(f"{'GPU':<8} {'space':>6} {'this search':>18} "
-          f"{'KT random_sample':>18} {'KT genetic_algorithm':>20}")
+    print(f"best found / optimum after {args.budget} evaluations: median, "
+          f"mean (worst) over {args.seeds} seeds")
+    print(f"{'GPU':<8} {'space':>6} {'this search':>22} "
+          f"{'KT random_sample':>22} {'KT genetic_algorithm':>22}")
     with tempfile.TemporaryDirectory() as tmp:
         for gpu, table in tables.items():
             kt_cache = os.path.join(tmp, f"{gpu}.json")
@@ -102,12 +103,12 @@ def main():
             ga = [kernel_tuner_run(kt_cache, table, restrictions,
                                    "genetic_algorithm", s, args.budget)
                   for s in seeds]
-            print(f"{gpu:<8} {len(table.space):>6} {summarize(mine):>18} "
-                  f"{summarize(rnd):>18} {summarize(ga):>20}")
+            print(f"{gpu:<8} {len(table.space):>6} {summarize(mine):>22} "
+                  f"{summarize(rnd):>22} {summarize(ga):>22}")
     print()
-    print(f"cross-GPU, {args.cross_budget} evaluations: median (worst) best "
-          "found / target optimum")
-    print(f"{'from -> to':<18} {'seeded':>18} {'unseeded':>18}")
+    print(f"cross-GPU, {args.cross_budget} evaluations: median, mean "
+          "(worst) best found / target optimum")
+    print(f"{'from -> to':<18} {'seeded':>22} {'unseeded':>22}")
     pooled_seeded, pooled_unseeded = [], []
     for src, src_table in tables.items():
         two_valued = [n for n, v in src_table.params.items() if len(v) == 2]
@@ -120,10 +121,10 @@ def main():
             unseeded = [ours(dst_table, s, args.cross_budget) for s in seeds]
             pooled_seeded += seeded
             pooled_unseeded += unseeded
-            print(f"{src + ' -> ' + dst:<18} {summarize(seeded):>18} "
-                  f"{summarize(unseeded):>18}")
-    print(f"{'all six pairs':<18} {summarize(pooled_seeded):>18} "
-          f"{summarize(pooled_unseeded):>18}")
+            print(f"{src + ' -> ' + dst:<18} {summarize(seeded):>22} "
+                  f"{summarize(unseeded):>22}")
+    print(f"{'all six pairs':<18} {summarize(pooled_seeded):>22} "
+          f"{summarize(pooled_unseeded):>22}")
     print(f"\n({time.time() - start:.0f} s)")
 
 

@@ -107,7 +107,7 @@ class EvolutionarySearch:
     def __init__(self, space, budget=100, time_budget_s=None, seed=0,
                  seeds=(), population=16, batch=8, explore=0.25,
                  global_pool=300, niche_reach=3.0, local_per_niche=4,
-                 polish=0.3):
+                 polish=0.2):
         if budget is None or budget <= 0:
             raise SearchError(f"evaluation budget must be positive, got "
                               f"{budget!r}")
@@ -302,7 +302,12 @@ class EvolutionarySearch:
                 near = [g for g in self._neighbours(leader, full=polish)
                         if g in self.valid and g not in measured
                         and g not in chosen]
-                chosen += self._rank(weights, near)[:self.local_per_niche]
+                # In the polish phase the overall best gets a complete
+                # coordinate sweep: near-optimal configs often differ from
+                # it in one parameter the model cannot rank well.
+                limit = len(near) if (polish and leader == ranked[0]) \
+                    else self.local_per_niche
+                chosen += self._rank(weights, near)[:limit]
             best_before = measured[ranked[0]].time
             going = evaluate(chosen)
             best_now = min(m.time for m in measured.values() if m.ok)
