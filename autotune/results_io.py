@@ -343,7 +343,7 @@ class _TextWriter:
         self.provenances = {}
         self.quoted = {}
         self.ok_heads = {}
-        self.prov_tails = {}
+        self.prov_floats = {}
 
     def _config_head(self, config):
         head = self.candidates.get(id(config))
@@ -432,16 +432,18 @@ class _TextWriter:
         spread, seconds = p.timing_spread, p.tuning_seconds
         if spread or seconds:
             # Both are rounded when measured: few distinct values, each
-            # formatted once.
-            tail = self.prov_tails.get((spread, seconds))
-            if tail is None:
-                tail = ""
-                if spread:
-                    tail += f" timing_spread: {float(spread)!r}"
-                if seconds:
-                    tail += f" tuning_seconds: {float(seconds)!r}"
-                tail = self.prov_tails[(spread, seconds)] = tail + " }\n}"
-            append(prefix + tail)
+            # formatted once (keyed by the float: no tuples for the
+            # garbage collector to track).
+            floats = self.prov_floats
+            a = floats.get(spread)
+            if a is None:
+                a = floats[spread] = (f" timing_spread: {float(spread)!r}"
+                                      if spread else "")
+            b = floats.get(-seconds - 1.0)  # its own key range
+            if b is None:
+                b = floats[-seconds - 1.0] = (
+                    f" tuning_seconds: {float(seconds)!r}" if seconds else "")
+            append(f"{prefix}{a}{b} }}\n}}")
         elif prefix:
             append(prefix + " }\n}")
         else:
