@@ -122,9 +122,6 @@ class GpuBackend(Backend):
         return (f"{props.name}/sm_{props.major}{props.minor}/"
                 f"sms={props.multi_processor_count}/triton-{triton.__version__}")
 
-    def gpu_name(self):
-        return self.torch.cuda.get_device_properties(self.device).name
-
     def synchronize(self):
         self.torch.cuda.synchronize(self.device)
 

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-from autotune import cache_key, results_io
+from autotune import results_io
 from autotune.cache_storage import PerFusionDirectory
 from autotune.records import KEY_VERSION
 from autotune.results_io import CacheFileError
@@ -207,10 +207,6 @@ class Diff:
                 break
             out.append(line)
         return out
-
-
-def diff_entries(old, new):
-    return Diff(old, new)
 
 
 def cmd_diff(args):

@@ -19,12 +19,12 @@ import json
 import os
 import sys
 import threading
-import time
 
 from autotune import backends, cache_key, flags, results_io, tuner
 from autotune.cache_storage import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.records import Config, Entry
+from autotune.search import reuse
 from autotune.results_io import CacheFileError
 
 
@@ -173,7 +173,8 @@ class Session:
                     "source": neighbours[0].key.signature}
                 self.cache.remember(entry)
                 return entry
-            seeds = [n.best for n in neighbours] if policy == "seeded" else []
+            seeds = reuse.seed_configs(neighbours) if policy == "seeded" \
+                else []
             entry = tune_fn(seeds)
             self.stats.tuned += 1
             self.stats.tuning_seconds += entry.provenance.tuning_seconds
@@ -410,13 +411,7 @@ class Autotuner:
         return self.kernel[grid](*args, **kwargs, **config.all_kwargs())
 
     def _neighbours(self, sess, key):
-        from autotune.search import reuse
         return reuse.neighbours(sess.cache, key)
-
-    def _candidate_configs(self, seeds):
-        if self.space is None:
-            return list(seeds) + self.configs
-        return None
 
     def _tune(self, sess, key, named, grid, args, kwargs, seeds):
         if grid is None:

@@ -18,7 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotune  # noqa: E402
-from autotune import cache_key, results_io  # noqa: E402
+from autotune import results_io  # noqa: E402
 from autotune.cache_storage import PerFusionDirectory  # noqa: E402
 from autotune.records import (CacheKey, Candidate, Config, Entry,  # noqa: E402
                               Provenance, best_of)

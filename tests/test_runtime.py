@@ -1,5 +1,4 @@
 import json
-import os
 
 import pytest
 import torch
@@ -8,7 +7,7 @@ import triton.language as tl
 
 import autotune
 from autotune import results_io
-from autotune.records import CacheKey, Config, Entry
+from autotune.records import Config
 
 import tiny_kernels as tk
 

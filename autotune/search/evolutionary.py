@@ -55,11 +55,6 @@ class SearchResult:
         self.best = min(ok, key=lambda m: (m.time, m.config.sort_key)) \
             if ok else None
 
-    def best_time_after(self, n):
-        """Best time among the first n measurements (for convergence)."""
-        times = [m.time for m in self.measurements[:n] if m.ok]
-        return min(times) if times else math.inf
-
 
 class _Encoding:
     """Configs as index vectors, and the surrogate's feature matrix."""

@@ -11,9 +11,6 @@ import itertools
 
 from autotune.records import Config
 
-LAUNCH_OPTIONS = ("num_warps", "num_stages")
-
-
 class SpaceError(Exception):
     pass
 
