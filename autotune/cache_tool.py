@@ -42,7 +42,7 @@ def read_cache(path):
     try:
         if os.path.isdir(path):
             return PerFusionDirectory(path, "read").entries()
-        return results_io.load_results(path)
+        return results_io.load_results(path, verify=True)
     except CacheFileError as e:
         raise ToolError(str(e))
     except OSError as e:
@@ -475,7 +475,10 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        # The cyclic collector would rescan every loaded entry again and
+        # again; a command makes no cycles worth collecting before it ends.
+        with results_io.no_gc():
+            return args.func(args)
     except ToolError as e:
         print(f"autotune_cache: error: {e}", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ import operator
 import os
 import re
 import struct
+import zlib
 import tempfile
 
 from google.protobuf import message as pb_message
@@ -404,7 +405,8 @@ class _TextWriter:
         append = lines.append
         raw = entry.raw
         if raw is not None and type(raw[0]) is _TextRestDecoder \
-                and (entry._decode is None or len(raw) == 3):
+                and (entry._decode is None or len(raw) == 3
+                     or raw[0].trusted):
             # Read from canonical text and checked line by line when it was
             # decoded: its candidate and provenance lines are copied.
             append(raw[1])
@@ -597,7 +599,7 @@ def check_text_rest(entry):
     raw = entry.raw
     if raw is None or type(raw[0]) is not _TextRestDecoder:
         return False
-    if len(raw) == 3:
+    if len(raw) == 3 or raw[0].trusted:
         return True
     if _REST_RE.fullmatch(raw[1]) is None:
         return False
@@ -612,6 +614,9 @@ class _TextRestDecoder:
     def __init__(self, config_memo, source):
         self.memo = config_memo
         self.source = source
+        # Set when the file's crc32 line matched: every line is as the
+        # writer produced it, so copies need no line-by-line check.
+        self.trusted = False
 
     def __call__(self, rest):
         lines = rest.split("\n")[:-1]
@@ -747,6 +752,11 @@ def decode_text_slow(text, source):
 
 
 def _check_count(count, n, source, text):
+    if text.startswith(TEXT_HEADER) and not text.endswith("\n"):
+        raise CacheFileError(
+            source, "truncated: the last line is incomplete (rules_autotune "
+            "ends every file with a newline; after editing by hand, add it "
+            "back)")
     if count is None and text.startswith(TEXT_HEADER):
         raise CacheFileError(
             source, "truncated: no entry_count line at the end (rules_autotune "
@@ -763,7 +773,7 @@ def _check_count(count, n, source, text):
 # Files.
 
 @contextlib.contextmanager
-def _no_gc():
+def no_gc():
     """Bulk decoding creates millions of small acyclic objects; the cyclic
     collector would rescan the growing heap again and again (measured: half
     of the load time of a 100,000-entry file)."""
@@ -783,17 +793,41 @@ def sort_entries(entries):
     return sorted(entries, key=_BY_KEY)
 
 
+CRC_PREFIX = b"# crc32: "
+
+
 def encode(entries, path):
-    with _no_gc():
+    with no_gc():
         entries = sort_entries(entries)
         if is_text_path(path):
-            return encode_text(entries).encode("utf-8")
+            data = encode_text(entries).encode("utf-8")
+            # A comment to parsers; to our tools, proof that no line was
+            # edited since the writer produced it (see check_text_rest).
+            return data + CRC_PREFIX + b"%08x\n" % zlib.crc32(data)
         return encode_binary(entries)
 
 
-def decode(data, path):
-    with _no_gc():
-        return _decode(data, path)
+def _crc_matches(data):
+    end = data.rfind(b"\n", 0, len(data) - 1) + 1
+    line = data[end:]
+    if not line.startswith(CRC_PREFIX) or len(line) != len(CRC_PREFIX) + 9:
+        return False
+    try:
+        return int(line[len(CRC_PREFIX):-1], 16) == zlib.crc32(data[:end])
+    except ValueError:
+        return False
+
+
+def decode(data, path, verify=False):
+    """Entries of a results file's bytes. verify: also check a text file's
+    crc32 line, so that its lines may be copied unchecked (tools)."""
+    with no_gc():
+        entries = _decode(data, path)
+    if verify and entries and is_text_path(path) and _crc_matches(data):
+        decoder = entries[0].raw[0] if entries[0].raw else None
+        if type(decoder) is _TextRestDecoder:
+            decoder.trusted = True
+    return entries
 
 
 def _decode(data, path):
@@ -826,8 +860,9 @@ def _check_duplicates(entries, path):
         seen[entry.key] = entry
 
 
-def load_results(path):
-    """Reads a results file; raises CacheFileError naming it on any problem."""
+def load_results(path, verify=False):
+    """Reads a results file; raises CacheFileError naming it on any problem.
+    verify: see decode()."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -837,7 +872,7 @@ def load_results(path):
         raise CacheFileError(path, "is a directory, not a results file")
     except OSError as e:
         raise CacheFileError(path, f"cannot read: {e.strerror}")
-    return decode(data, path)
+    return decode(data, path, verify)
 
 
 def atomic_write(path, data):

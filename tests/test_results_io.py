@@ -170,3 +170,21 @@ def test_lazy_fields_of_fast_path_match_slow_path(tmp_path):
     fast = results_io.decode_text(text, "a.txt")
     slow = results_io.decode_text_slow(text, "a.txt")
     assert fast == slow
+
+
+def test_crc_line_marks_unedited_text_as_trusted():
+    entries = make_entries(5)
+    data = results_io.encode(entries, "c.textproto")
+    assert data.splitlines()[-1].startswith(b"# crc32: ")
+    loaded = results_io.decode(data, "c.textproto", verify=True)
+    assert all(results_io.check_text_rest(e) for e in loaded)
+    assert loaded[0].raw[0].trusted
+    # One edited line: the crc no longer matches, lines are checked one by
+    # one, and a malformed one is caught.
+    at = data.index(b"run_time_us: ", data.index(b"  candidates {"))
+    edited = data[:at] + b"run_time_us: 1_0 " + data[at + 13:]
+    loaded = results_io.decode(edited, "c.textproto", verify=True)
+    assert not loaded[0].raw[0].trusted
+    assert not all(results_io.check_text_rest(e) for e in loaded)
+    # Without verify (the runtime), the crc is never computed.
+    assert not results_io.decode(data, "c.textproto")[0].raw[0].trusted
