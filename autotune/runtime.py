@@ -158,19 +158,20 @@ class Session:
                 self.stats.fusions[key] = {"status": "missed", "source": None}
                 raise AutotuneCacheMissError(self.miss_keys)
             policy = self.options.autotune_miss_policy
-            neighbours = neighbours_fn() if neighbours_fn else []
+            # The default policy needs no neighbours: no scan of the cache.
+            neighbours = neighbours_fn() if neighbours_fn and \
+                policy != "tune" else []
             same_device = [n for n in neighbours
                            if n.key.device == key.device]
             if policy == "nearest" and same_device:
-                neighbours = same_device
-                entry = neighbours[0].replace(
+                nearest = same_device[0]
+                entry = nearest.replace(
                     key=key, candidates=(),
-                    provenance=neighbours[0].provenance._replace(
+                    provenance=nearest.provenance._replace(
                         tuner="nearest", tuning_seconds=0.0))
                 self.stats.nearest += 1
-                self.stats.fusions[key] = {
-                    "status": "nearest",
-                    "source": neighbours[0].key.signature}
+                self.stats.fusions[key] = {"status": "nearest",
+                                           "source": nearest.key.signature}
                 self.cache.remember(entry)
                 return entry
             seeds = reuse.seed_configs(neighbours) if policy == "seeded" \
@@ -187,7 +188,7 @@ class Session:
     # -- exit ------------------------------------------------------------
     def dump_entries(self):
         """The results this run used: hits and tuned fusions, this device."""
-        return [e for e in self.cache.memory.values()]
+        return list(self.cache.memory.values())
 
     def summary_line(self):
         s = self.stats

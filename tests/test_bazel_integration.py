@@ -74,6 +74,15 @@ class Restore:
                 os.unlink(p)
 
 
+def write_package(ws, package, build, files=None):
+    """Adds a package to the workspace copy: its BUILD file and sources."""
+    os.makedirs(os.path.join(ws, package))
+    for name, text in dict(files or {}, **{"BUILD.bazel": textwrap.dedent(
+            build)}).items():
+        with open(os.path.join(ws, package, name), "w") as f:
+            f.write(text)
+
+
 def read(ws, rel):
     with open(os.path.join(ws, rel), "rb") as f:
         return f.read()
@@ -154,20 +163,17 @@ def test_5_require_complete_lists_a_removed_fusion(workspace):
 
 def test_6_missing_cache_label_fails_at_analysis(workspace):
     with Restore(workspace, "bad"):
-        os.makedirs(os.path.join(workspace, "bad"))
-        with open(os.path.join(workspace, "bad", "BUILD.bazel"), "w") as f:
-            f.write(textwrap.dedent("""\
-                load("@rules_python//python:defs.bzl", "py_test")
-                load("//rules:defs.bzl", "gpu_autotuned_test")
+        write_package(workspace, "bad", """\
+            load("@rules_python//python:defs.bzl", "py_test")
+            load("//rules:defs.bzl", "gpu_autotuned_test")
 
-                gpu_autotuned_test(
-                    name = "t",
-                    srcs = ["t.py"],
-                    autotune_cache = "//testdata:no_such_cache.textproto",
-                    test_rule = py_test,
-                )
-                """))
-        open(os.path.join(workspace, "bad", "t.py"), "w").close()
+            gpu_autotuned_test(
+                name = "t",
+                srcs = ["t.py"],
+                autotune_cache = "//testdata:no_such_cache.textproto",
+                test_rule = py_test,
+            )
+            """, {"t.py": ""})
         result = run(workspace, "build", "//bad:t")
         assert result.returncode != 0
         assert "no_such_cache.textproto" in result.stderr
@@ -186,24 +192,19 @@ def test_7_corrupt_checked_in_cache_fails_validation(workspace):
 
 def test_8_regenerate_with_a_failing_dump_target(workspace):
     with Restore(workspace, "failing", SUITE_CACHE, XLA_CACHE):
-        os.makedirs(os.path.join(workspace, "failing"))
-        with open(os.path.join(workspace, "failing", "BUILD.bazel"), "w") as f:
-            f.write(textwrap.dedent("""\
-                load("@rules_python//python:defs.bzl", "py_test")
-                load("//rules:defs.bzl", "gpu_autotuned_test")
+        write_package(workspace, "failing", """\
+            load("@rules_python//python:defs.bzl", "py_test")
+            load("//rules:defs.bzl", "gpu_autotuned_test")
 
-                gpu_autotuned_test(
-                    name = "broken_test",
-                    srcs = ["broken_test.py"],
-                    autotune_cache = "cache.textproto",
-                    main = "broken_test.py",
-                    test_rule = py_test,
-                    deps = ["//:autotune"],
-                )
-                """))
-        with open(os.path.join(workspace, "failing", "broken_test.py"),
-                  "w") as f:
-            f.write("raise SystemExit('this suite is broken')\n")
+            gpu_autotuned_test(
+                name = "broken_test",
+                srcs = ["broken_test.py"],
+                autotune_cache = "cache.textproto",
+                main = "broken_test.py",
+                test_rule = py_test,
+                deps = ["//:autotune"],
+            )
+            """, {"broken_test.py": "raise SystemExit('this suite is broken')\n"})
         cache = os.path.join(workspace, "failing", "cache.textproto")
         results_io.dump_results([], cache)
         before = read(workspace, "failing/cache.textproto")

@@ -71,25 +71,39 @@ def _parse_query_xml(text):
     return targets
 
 
-def testlogs_dir(target, cwd):
+def testlogs_dir(cwd, target, shard=None):
+    """bazel-testlogs folder of a test target (or of one of its shards)."""
     package, _, name = target.lstrip("@").partition("//")[2].partition(":")
-    return os.path.join(cwd, "bazel-testlogs", package, name)
+    logs = os.path.join(cwd, "bazel-testlogs", package, name)
+    return os.path.join(logs, shard) if shard is not None else logs
+
+
+def test_outputs(cwd, target, shard=None):
+    """{name: bytes} of a test's undeclared outputs: zipped into
+    outputs.zip before Bazel 8, plain files in test.outputs/ from 8 on."""
+    outputs = os.path.join(testlogs_dir(cwd, target, shard), "test.outputs")
+    found = {}
+    archive = os.path.join(outputs, "outputs.zip")
+    if os.path.exists(archive):
+        with zipfile.ZipFile(archive) as z:
+            found.update({n: z.read(n) for n in z.namelist()})
+    if os.path.isdir(outputs):
+        for n in os.listdir(outputs):
+            path = os.path.join(outputs, n)
+            if os.path.isfile(path) and n != "outputs.zip":
+                with open(path, "rb") as f:
+                    found[n] = f.read()
+    return found
 
 
 def collect_dump(target, cwd):
     """Reads the dump of one target from bazel-testlogs (both layouts)."""
-    outputs = os.path.join(testlogs_dir(target, cwd), "test.outputs")
-    direct = os.path.join(outputs, DUMP_FILE)
-    if os.path.exists(direct):
-        with open(direct, "rb") as f:
-            return f.read()
-    archive = os.path.join(outputs, "outputs.zip")
-    if os.path.exists(archive):
-        with zipfile.ZipFile(archive) as z:
-            if DUMP_FILE in z.namelist():
-                return z.read(DUMP_FILE)
-    raise RegenerateError(f"{target}: passed but wrote no {DUMP_FILE} "
-                          f"(looked in {outputs})")
+    data = test_outputs(cwd, target).get(DUMP_FILE)
+    if data is None:
+        raise RegenerateError(
+            f"{target}: passed but wrote no {DUMP_FILE} (looked in "
+            f"{os.path.join(testlogs_dir(cwd, target), 'test.outputs')})")
+    return data
 
 
 def run_dump_targets(bazel, targets, cwd, bazel_args):
@@ -155,7 +169,7 @@ def main(argv=None):
             failed.append(target)
             print(f"regenerate: FAILED {target}: "
                   f"{cache or 'its cache'} left untouched (see "
-                  f"{os.path.join(testlogs_dir(target, cwd), 'test.log')})")
+                  f"{os.path.join(testlogs_dir(cwd, target), 'test.log')})")
             continue
         if cache is None:
             print(f"regenerate: {target} has no autotune_cache; skipped")

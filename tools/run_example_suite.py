@@ -21,9 +21,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+from regenerate import test_outputs, testlogs_dir  # noqa: E402
 REPORT = "autotune_report.json"
 
 
@@ -62,40 +64,15 @@ def bazel(workspace, args, bazel_bin=None, check=False):
                           capture_output=True, check=check)
 
 
-def test_outputs(workspace, target, shard=None):
-    """{name: bytes} of a test's undeclared outputs, in either layout."""
-    package, _, name = target.partition("//")[2].partition(":")
-    logs = os.path.join(workspace, "bazel-testlogs", package, name)
-    if shard is not None:
-        logs = os.path.join(logs, shard)
-    outputs = os.path.join(logs, "test.outputs")
-    found = {}
-    archive = os.path.join(outputs, "outputs.zip")
-    if os.path.exists(archive):
-        with zipfile.ZipFile(archive) as z:
-            found.update({n: z.read(n) for n in z.namelist()})
-    if os.path.isdir(outputs):
-        for n in os.listdir(outputs):
-            path = os.path.join(outputs, n)
-            if os.path.isfile(path) and n != "outputs.zip":
-                with open(path, "rb") as f:
-                    found[n] = f.read()
-    return found
-
-
 def test_log(workspace, target, shard=None):
-    package, _, name = target.partition("//")[2].partition(":")
-    logs = os.path.join(workspace, "bazel-testlogs", package, name)
-    if shard is not None:
-        logs = os.path.join(logs, shard)
-    with open(os.path.join(logs, "test.log"), errors="replace") as f:
+    path = os.path.join(testlogs_dir(workspace, target, shard), "test.log")
+    with open(path, errors="replace") as f:
         return f.read()
 
 
 def reports(workspace, target):
     """Autotune reports of every shard of a test target."""
-    package, _, name = target.partition("//")[2].partition(":")
-    logs = os.path.join(workspace, "bazel-testlogs", package, name)
+    logs = testlogs_dir(workspace, target)
     shards = sorted(d for d in os.listdir(logs) if d.startswith("shard_")) \
         if os.path.isdir(logs) else []
     out = []
