@@ -19,6 +19,8 @@ lookups need only keys and best configs.
 """
 import contextlib
 import gc
+import itertools
+import math
 import operator
 import os
 import re
@@ -271,13 +273,18 @@ class _Encoder:
         return b"".join(parts)
 
 
-def encode_binary(entries):
+def encode_binary_chunks(entries, chunk_size=4096):
+    """Sorted `entries` as an AutotuneResults message, in chunks."""
     enc = _Encoder()
-    parts = [_int_field(b"\x08", FORMAT_VERSION)]
-    for entry in entries:
-        parts.append(_len_field(b"\x12", enc.entry(entry)))
-    parts.append(_int_field(b"\x18", len(entries)))
-    return b"".join(parts)
+    yield _int_field(b"\x08", FORMAT_VERSION)
+    for start in range(0, len(entries), chunk_size):
+        yield b"".join([_len_field(b"\x12", enc.entry(entry))
+                        for entry in entries[start:start + chunk_size]])
+    yield _int_field(b"\x18", len(entries))
+
+
+def encode_binary(entries):
+    return b"".join(encode_binary_chunks(entries))
 
 
 def decode_binary(data, source):
@@ -332,153 +339,263 @@ def _format_config(config):
     return text
 
 
+_KEY_OF = operator.attrgetter("key")
+_BEST_OF = operator.attrgetter("best")
+_RUN_TIME_OF = operator.attrgetter("run_time_us")
+_CANDIDATES_OF = operator.attrgetter("candidates")
+_PROVENANCE_OF = operator.attrgetter("provenance")
+_RAW_OF = operator.attrgetter("raw")
+_HEAD_FIELDS = operator.itemgetter(0, 1, 2)  # device, kernel, fingerprint
+_SIGNATURE_OF = operator.itemgetter(3)
+_KEY_VERSION_OF = operator.itemgetter(4)
+_CONFIG_OF = operator.itemgetter(0)
+_TIME_OF = operator.itemgetter(1)
+_FAILURE_OF = operator.itemgetter(2)
+_DETAIL_OF = operator.itemgetter(3)
+_PROVENANCE_STRINGS_OF = operator.itemgetter(0, 1, 2, 3, 5)
+_SPREAD_OF = operator.itemgetter(4)
+_SECONDS_OF = operator.itemgetter(6)
+_BARE_PROVENANCE = "  provenance {"
+
+
+def _present(number):
+    """Whether proto3 writes a double: any value but +0.0 (-0.0 differs
+    on the wire)."""
+    return number != 0.0 or math.copysign(1.0, number) < 0
+
+
+def _is_plain(text):
+    return (text.isascii() and text.isprintable() and '"' not in text
+            and "\\" not in text)
+
+
+def _column(memo, keys, make, objects=None):
+    """memo[key] for each key; make(key, object) formats the ones not seen
+    yet, once per distinct key (objects: what each key stands for, when the
+    key is only an id)."""
+    missing = set(keys).difference(memo)
+    if missing:
+        if objects is None:
+            by_key = dict.fromkeys(missing)
+        elif len(missing) < 256:
+            # Few distinct values (configs): find each one's first use.
+            by_key = {key: objects[keys.index(key)] for key in missing}
+        else:
+            by_key = dict(zip(keys, objects))
+        for key in missing:
+            memo[key] = make(key, by_key[key])
+    return list(map(memo.__getitem__, keys))
+
+
 class _TextWriter:
-    """Canonical text; what repeats across entries (devices, kernels,
-    configs, provenance) is formatted once. Written for speed: a 100,000
-    entry dump is one call of entry() each."""
+    """Canonical text, built column by column.
+
+    A 100,000-entry dump has 700,000 candidate lines; formatting them one
+    Python statement at a time costs seconds. Instead every column (config
+    heads, run times, ...) is produced by map() over C-level getters, the
+    pieces that repeat across entries (devices, configs, provenance strings,
+    rounded numbers) are formatted once and shared, and the output is one
+    join over a flat list of pieces.
+    """
 
     def __init__(self):
         self.heads = {}
-        self.configs = {}
-        self.candidates = {}
-        self.provenances = {}
-        self.quoted = {}
-        self.ok_heads = {}
-        self.prov_floats = {}
+        self.bests = {}
+        self.cand_heads = {}     # id(config) -> text before its run time
+        self.configs = {}        # id(config) -> candidate line without time
+        self.ends = {}           # (failure, detail) -> end of a line
+        self.prov_prefixes = {}
+        self.spreads = {}
+        self.seconds = {}
 
-    def _config_head(self, config):
-        head = self.candidates.get(id(config))
-        if head is None:
-            head = self.candidates[id(config)] = (
-                f"  candidates {{ config {{ {_format_config(config)} }}")
-            self.ok_heads[id(config)] = head + " run_time_us: "
-        return head
+    @staticmethod
+    def _head(fields, _):
+        device, kernel, fingerprint = fields
+        return (f"entries {{\n  device: {_quote(device)}\n"
+                f"  kernel: {_quote(kernel)}\n"
+                f"  fingerprint: {_quote(fingerprint)}\n  signature: \"")
 
-    def _candidate_line(self, candidate):
-        config, run_time, failure, detail = candidate
-        text = self._config_head(config)
-        if run_time:
-            text += f" run_time_us: {run_time!r}"
+    @staticmethod
+    def _best(key, config):
+        key_version = key[0]
+        text = '"'
+        if key_version:
+            text += f"\n  key_version: {key_version}"
+        return text + f"\n  best {{ {_format_config(config)} }}"
+
+    @staticmethod
+    def _cand_head(_, config):
+        return (f"  candidates {{ config {{ {_format_config(config)} }} "
+                "run_time_us: ")
+
+    @staticmethod
+    def _prov_prefix(strings, _):
+        prefix = _BARE_PROVENANCE
+        for name, value in zip(_PROVENANCE_STRING_ORDER, strings):
+            if value:
+                prefix += f" {name}: {_quote(value)}"
+        return prefix
+
+    def pieces(self, entries):
+        """The text of `entries` (sorted) as a list of strings to join."""
+        keys = list(map(_KEY_OF, entries))
+        heads = _column(self.heads, list(map(_HEAD_FIELDS, keys)),
+                        self._head)
+        sigs = list(map(_SIGNATURE_OF, keys))
+        if not _is_plain("".join(sigs)):
+            sigs = [s if _is_plain(s) else _quote(s)[1:-1] for s in sigs]
+        best_configs = list(map(_BEST_OF, entries))
+        bests = _column(self.bests, list(zip(map(_KEY_VERSION_OF, keys),
+                                             map(id, best_configs))),
+                        self._best, best_configs)
+        run_times = list(map(_RUN_TIME_OF, entries))
+        run_time_lines = list(map(operator.add,
+                                  itertools.repeat("\n  run_time_us: "),
+                                  map(repr, run_times)))
+        if 0.0 in run_times:
+            # proto3 leaves a zero out.
+            for i in itertools.compress(itertools.count(),
+                                        map(operator.not_, run_times)):
+                if not _present(run_times[i]):
+                    run_time_lines[i] = ""
+
+        copies = list(map(_copyable_rest, entries, map(_RAW_OF, entries)))
+        if copies.count(None) == len(copies):
+            fresh = entries
+        else:
+            fresh = [e for e, c in zip(entries, copies) if c is None]
+        cand_lists = list(map(_CANDIDATES_OF, fresh))
+        counts = list(map(len, cand_lists))
+        cand_pieces = self._candidate_pieces(
+            list(itertools.chain.from_iterable(cand_lists)))
+        prov_pieces = self._provenance_pieces(
+            list(map(_PROVENANCE_OF, fresh)))
+
+        out = []
+        extend = out.extend
+        at = 0
+        fresh_index = 0
+        for head, sig, best, run_time, copy in zip(
+                heads, sigs, bests, run_time_lines, copies):
+            extend((head, sig, best, run_time, "\n"))
+            if copy is not None:
+                extend((copy, "\n"))
+                continue
+            end = at + 3 * counts[fresh_index]
+            extend(cand_pieces[at:end])
+            at = end
+            extend(prov_pieces[4 * fresh_index:4 * fresh_index + 4])
+            fresh_index += 1
+        return out
+
+    def _candidate_pieces(self, flat):
+        """Three pieces per candidate: text up to the run time, the run
+        time, the line's end."""
+        n = len(flat)
+        configs = list(map(_CONFIG_OF, flat))
+        ids = list(map(id, configs))
+        times = list(map(_TIME_OF, flat))
+        pieces = [" }\n"] * (3 * n)
+        pieces[0::3] = _column(self.cand_heads, ids, self._cand_head, configs)
+        pieces[1::3] = list(map(repr, times))
+        if 0.0 in times:
+            # No run time (failed candidates): the line stops after the
+            # config.
+            for i in itertools.compress(range(n), map(operator.not_, times)):
+                if not _present(times[i]):
+                    config = configs[i]
+                    text = self.configs.get(ids[i])
+                    if text is None:
+                        text = self.configs[ids[i]] = (
+                            f"  candidates {{ config {{ "
+                            f"{_format_config(config)} }}")
+                    pieces[3 * i] = text
+                    pieces[3 * i + 1] = ""
+        failures = list(map(_FAILURE_OF, flat))
+        details = list(map(_DETAIL_OF, flat))
+        if failures.count("NONE") != n or details.count("") != n:
+            ends = self.ends
+            for i in itertools.compress(range(n), map(
+                    operator.or_, map(operator.ne, failures,
+                                      itertools.repeat("NONE")),
+                    map(bool, details))):
+                tail = failures[i], details[i]
+                end = ends.get(tail)
+                if end is None:
+                    end = ends[tail] = self._line_end(*tail)
+                pieces[3 * i + 2] = end
+        return pieces
+
+    @staticmethod
+    def _line_end(failure, detail):
+        text = ""
         if failure != "NONE":
             text += f" failure: {failure}"
         if detail:
-            text += f" failure_detail: {self.quote(detail)}"
-        return text + " }"
+            text += f" failure_detail: {_quote(detail)}"
+        return text + " }\n"
 
-    def quote(self, text):
-        quoted = self.quoted.get(text)
-        if quoted is None:
-            quoted = self.quoted[text] = _quote(text)
-        return quoted
-
-    def entry(self, entry, lines):
-        """Appends the lines of one entry to `lines`."""
-        key = entry.key
-        head_key = (key.device, key.kernel, key.fingerprint)
-        head = self.heads.get(head_key)
-        if head is None:
-            head = self.heads[head_key] = (
-                f"entries {{\n  device: {_quote(key.device)}\n"
-                f"  kernel: {_quote(key.kernel)}\n"
-                f"  fingerprint: {_quote(key.fingerprint)}")
-        sig = key.signature
-        if not (sig.isascii() and sig.isprintable() and '"' not in sig
-                and "\\" not in sig):
-            sig = _quote(sig)[1:-1]
-        best = self.configs.get(id(entry.best))
-        if best is None:
-            best = self.configs[id(entry.best)] = (
-                f"  best {{ {_format_config(entry.best)} }}")
-        run_time = entry.run_time_us
-        if key.key_version and run_time:
-            # The common case in one string.
-            lines.append(f'{head}\n  signature: "{sig}"\n  key_version: '
-                         f'{key.key_version}\n{best}\n  run_time_us: '
-                         f'{run_time!r}')
-        else:
-            lines.append(f'{head}\n  signature: "{sig}"')
-            if key.key_version:
-                lines.append(f"  key_version: {key.key_version}")
-            lines.append(best)
-            if run_time:
-                lines.append(f"  run_time_us: {run_time!r}")
-        append = lines.append
-        raw = entry.raw
-        if raw is not None and type(raw[0]) is _TextRestDecoder \
-                and (entry._decode is None or len(raw) == 3
-                     or raw[0].trusted):
-            # Read from canonical text and checked line by line when it was
-            # decoded: its candidate and provenance lines are copied.
-            append(raw[1])
-            return
-        cands = entry.candidates
-        ok_heads = self.ok_heads
-        other = self._candidate_line
-        try:
-            # One pass; measured candidates (the bulk) inline, others (failed,
-            # or with a detail) through _candidate_line.
-            lines.extend([f"{ok_heads[id(c[0])]}{c[1]!r} }}"
-                          if c[2] == "NONE" and c[1] and not c[3]
-                          else other(c) for c in cands])
-        except KeyError:
-            # A config seen for the first time: format it, then retry.
-            for c in cands:
-                self._config_head(c[0])
-            lines.extend([f"{ok_heads[id(c[0])]}{c[1]!r} }}"
-                          if c[2] == "NONE" and c[1] and not c[3]
-                          else other(c) for c in cands])
-        p = entry.provenance
-        prefix = self.provenances.get(p[:4] + p[5:6])
-        if prefix is None:
-            prefix = self.provenances[p[:4] + p[5:6]] = _provenance_prefix(p)
-        spread, seconds = p.timing_spread, p.tuning_seconds
-        if spread or seconds:
-            # Both are rounded when measured: few distinct values, each
-            # formatted once (keyed by the float: no tuples for the
-            # garbage collector to track).
-            floats = self.prov_floats
-            a = floats.get(spread)
-            if a is None:
-                a = floats[spread] = (f" timing_spread: {float(spread)!r}"
-                                      if spread else "")
-            b = floats.get(-seconds - 1.0)  # its own key range
-            if b is None:
-                b = floats[-seconds - 1.0] = (
-                    f" tuning_seconds: {float(seconds)!r}" if seconds else "")
-            append(f"{prefix}{a}{b} }}\n}}")
-        elif prefix:
-            append(prefix + " }\n}")
-        else:
-            append("}")
+    def _provenance_pieces(self, provs):
+        """Four pieces per entry: the string fields, the two numbers (both
+        rounded when measured, so few distinct values), the end."""
+        prefixes = _column(self.prov_prefixes,
+                           list(map(_PROVENANCE_STRINGS_OF, provs)),
+                           self._prov_prefix)
+        columns = []
+        for name, getter, memo in (("timing_spread", _SPREAD_OF, self.spreads),
+                                   ("tuning_seconds", _SECONDS_OF,
+                                    self.seconds)):
+            numbers = list(map(getter, provs))
+            texts = _column(memo, numbers, lambda v, _, name=name: (
+                f" {name}: {float(v)!r}" if _present(v) else ""))
+            if 0.0 in numbers:
+                # -0.0 == 0.0 as a dict key, but not on the wire.
+                for i, v in enumerate(numbers):
+                    if v == 0.0:
+                        texts[i] = f" {name}: -0.0" if _present(v) else ""
+            columns.append(texts)
+        spread_texts, seconds_texts = columns
+        pieces = [" }\n}\n"] * (4 * len(provs))
+        pieces[0::4] = prefixes
+        pieces[1::4] = spread_texts
+        pieces[2::4] = seconds_texts
+        if _BARE_PROVENANCE in prefixes:
+            # An empty provenance message is left out.
+            for i, (p, a, b) in enumerate(zip(prefixes, spread_texts,
+                                              seconds_texts)):
+                if p == _BARE_PROVENANCE and not a and not b:
+                    pieces[4 * i:4 * i + 4] = ("", "", "", "}\n")
+        return pieces
 
 
-def _provenance_prefix(p):
-    """The provenance line up to its numeric fields: the string fields
-    (versions, timestamp, tuner) repeat across entries of one run; the
-    numbers are written per entry, in field order after this prefix.
-    Field order in text format does not matter to parsers; the writer keeps
-    strings first so the prefix can be shared."""
-    fields = []
-    for name in ("triton_version", "torch_version", "cuda_version",
-                 "timestamp", "tuner"):
-        value = getattr(p, name)
-        if value:
-            fields.append(f"{name}: {_quote(value)}")
-    if not fields and not p.timing_spread and not p.tuning_seconds:
-        return ""
-    return "  provenance {" + "".join(" " + f for f in fields)
+_PROVENANCE_STRING_ORDER = ("triton_version", "torch_version",
+                            "cuda_version", "timestamp", "tuner")
 
 
-def encode_text(entries):
+def _copyable_rest(entry, raw):
+    """The candidate and provenance lines of an entry read from canonical
+    text, to be copied as they are; None when they must be re-encoded."""
+    if raw is None or type(raw[0]) is not _TextRestDecoder:
+        return None
+    if len(raw) == 3 or raw[0].trusted or check_text_rest(entry):
+        return raw[1]
+    return None
+
+
+# Entries per chunk of a streamed text file: a few MB, small enough to stay
+# in the CPU caches while it is joined, encoded, checksummed and written.
+_TEXT_CHUNK = 512
+
+
+def encode_text_chunks(entries):
+    """Canonical text of sorted `entries`, as UTF-8 chunks."""
     writer = _TextWriter()
-    lines = []
-    for e in entries:
-        writer.entry(e, lines)
-    body = "\n".join(lines)
-    out = TEXT_HEADER + f"version: {FORMAT_VERSION}\n"
-    if body:
-        out += body + "\n"
-    return out + f"entry_count: {len(entries)}\n"
+    yield (TEXT_HEADER + f"version: {FORMAT_VERSION}\n").encode("utf-8")
+    for start in range(0, len(entries), _TEXT_CHUNK):
+        yield "".join(writer.pieces(
+            entries[start:start + _TEXT_CHUNK])).encode("utf-8")
+    yield f"entry_count: {len(entries)}\n".encode("utf-8")
+
 
 
 class _NotCanonical(Exception):
@@ -796,15 +913,26 @@ def sort_entries(entries):
 CRC_PREFIX = b"# crc32: "
 
 
-def encode(entries, path):
+def encode_chunks(entries, path):
+    """The bytes of a results file for `entries`, in chunks: text or
+    binary by the extension of `path`. Runs with the cyclic collector
+    paused (see no_gc)."""
     with no_gc():
         entries = sort_entries(entries)
-        if is_text_path(path):
-            data = encode_text(entries).encode("utf-8")
-            # A comment to parsers; to our tools, proof that no line was
-            # edited since the writer produced it (see check_text_rest).
-            return data + CRC_PREFIX + b"%08x\n" % zlib.crc32(data)
-        return encode_binary(entries)
+        if not is_text_path(path):
+            yield from encode_binary_chunks(entries)
+            return
+        crc = 0
+        for chunk in encode_text_chunks(entries):
+            crc = zlib.crc32(chunk, crc)
+            yield chunk
+        # A comment to parsers; to our tools, proof that no line was
+        # edited since the writer produced it (see check_text_rest).
+        yield CRC_PREFIX + b"%08x\n" % crc
+
+
+def encode(entries, path):
+    return b"".join(encode_chunks(entries, path))
 
 
 def _crc_matches(data):
@@ -877,7 +1005,8 @@ def load_results(path, verify=False):
 
 def atomic_write(path, data):
     """Writes via a temporary file in the same directory and a rename: a
-    reader, or a crash, sees the old file or the new one, never a mix."""
+    reader, or a crash, sees the old file or the new one, never a mix.
+    data: bytes, or an iterable of bytes chunks (written as they come)."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
@@ -890,7 +1019,12 @@ def atomic_write(path, data):
                              f"{e.strerror}")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                with contextlib.closing(iter(data)) as chunks:
+                    for chunk in chunks:
+                        f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -903,4 +1037,4 @@ def atomic_write(path, data):
 
 
 def dump_results(entries, path):
-    atomic_write(path, encode(list(entries), path))
+    atomic_write(path, encode_chunks(list(entries), path))
