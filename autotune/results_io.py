@@ -108,6 +108,8 @@ class _PbRestDecoder:
         return best, msg.run_time_us
 
     def __call__(self, msg):
+        if type(msg) is pb.EntryHead:
+            msg = self.full_entry(msg)
         memo = self.memo
         cands = tuple(
             Candidate(_memo_config_pb(c.config, memo), c.run_time_us,
@@ -121,6 +123,18 @@ class _PbRestDecoder:
         return cands, prov
 
 
+    def full_entry(self, head):
+        """The whole Entry behind an EntryHead (see the schema)."""
+        msg = pb.Entry()
+        try:
+            msg.ParseFromString(head.SerializeToString())
+        except (pb_message.DecodeError, RuntimeError, ValueError) as e:
+            raise CacheFileError(self.source, f"entry for kernel {head.kernel} "
+                                 f"[{head.signature}]: candidates or "
+                                 f"provenance do not decode ({e})")
+        return msg
+
+
 def _memo_config_pb(msg, memo):
     raw = (msg.params, msg.num_warps, msg.num_stages, msg.num_ctas)
     config = memo.get(raw)
@@ -129,16 +143,20 @@ def _memo_config_pb(msg, memo):
     return config
 
 
+_KEY_FIELDS = operator.attrgetter("device", "kernel", "fingerprint",
+                                  "signature", "key_version")
+
+
 def entries_from_pb(results, source, config_memo=None):
     memo = {} if config_memo is None else config_memo
     rest = _PbRestDecoder(memo, source)
-    out = []
-    append = out.append
-    for msg in results.entries:
-        append(Entry(CacheKey(msg.device, msg.kernel, msg.fingerprint,
-                              msg.signature, msg.key_version),
-                     None, 0.0, decode=(rest, msg)))
-    return out
+    messages = list(results.entries)
+    # CacheKey is a tuple: built from the field tuples without its
+    # Python-level __new__.
+    keys = map(tuple.__new__, itertools.repeat(CacheKey),
+               map(_KEY_FIELDS, messages))
+    return [Entry(key, None, 0.0, decode=(rest, msg))
+            for key, msg in zip(keys, messages)]
 
 
 # --------------------------------------------------------------------------
@@ -287,8 +305,10 @@ def encode_binary(entries):
     return b"".join(encode_binary_chunks(entries))
 
 
-def decode_binary(data, source):
-    results = pb.AutotuneResults()
+def decode_binary(data, source, verify=False):
+    """verify: parse every field now; otherwise candidates and provenance
+    are parsed when first used (lookups never use them)."""
+    results = pb.AutotuneResults() if verify else pb.AutotuneResultsHeads()
     try:
         results.ParseFromString(data)
     except (pb_message.DecodeError, RuntimeError, ValueError) as e:
@@ -903,11 +923,8 @@ def no_gc():
             gc.enable()
 
 
-_BY_KEY = operator.attrgetter("key")
-
-
 def sort_entries(entries):
-    return sorted(entries, key=_BY_KEY)
+    return sorted(entries, key=_KEY_OF)
 
 
 CRC_PREFIX = b"# crc32: "
@@ -947,10 +964,11 @@ def _crc_matches(data):
 
 
 def decode(data, path, verify=False):
-    """Entries of a results file's bytes. verify: also check a text file's
-    crc32 line, so that its lines may be copied unchecked (tools)."""
+    """Entries of a results file's bytes. verify (tools): parse all of a
+    binary file now, and check a text file's crc32 line so that its lines
+    may be copied unchecked."""
     with no_gc():
-        entries = _decode(data, path)
+        entries = _decode(data, path, verify)
     if verify and entries and is_text_path(path) and _crc_matches(data):
         decoder = entries[0].raw[0] if entries[0].raw else None
         if type(decoder) is _TextRestDecoder:
@@ -958,7 +976,7 @@ def decode(data, path, verify=False):
     return entries
 
 
-def _decode(data, path):
+def _decode(data, path, verify):
     if is_text_path(path):
         try:
             text = data.decode("utf-8")
@@ -968,13 +986,13 @@ def _decode(data, path):
                                  f"({', '.join(TEXT_EXTENSIONS)})")
         entries = decode_text(text, path)
     else:
-        entries = decode_binary(data, path)
+        entries = decode_binary(data, path, verify)
     _check_duplicates(entries, path)
     return entries
 
 
 def _check_duplicates(entries, path):
-    keys = [e.key for e in entries]
+    keys = list(map(_KEY_OF, entries))
     if len(set(keys)) == len(keys):
         return
     seen = {}

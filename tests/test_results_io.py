@@ -188,3 +188,64 @@ def test_crc_line_marks_unedited_text_as_trusted():
     assert not all(results_io.check_text_rest(e) for e in loaded)
     # Without verify (the runtime), the crc is never computed.
     assert not results_io.decode(data, "c.textproto")[0].raw[0].trusted
+
+
+def test_text_writer_edge_values_match_the_binary_writer(monkeypatch):
+    """Values the column writer treats apart: missing or partial provenance,
+    zero and negative-zero numbers, failed candidates with and without a
+    time, key version 0, quoted signatures; over several chunks."""
+    monkeypatch.setattr(results_io, "_TEXT_CHUNK", 3)
+    plain = Config({"B": 16}, num_warps=2, num_stages=1)
+    odd = Config({"ACT": 'say "hi"', "F": 0.25}, num_ctas=2)
+    provenances = [Provenance(), Provenance(timing_spread=0.5),
+                   Provenance(tuning_seconds=-0.0), Provenance(tuner="ga"),
+                   Provenance("3.9.0", timing_spread=-0.0, tuning_seconds=2.0)]
+    candidate_sets = [
+        [Candidate(plain, 1.5)],
+        [Candidate(plain, 0.0), Candidate(odd, -0.0, "TIMEOUT")],
+        [Candidate(odd, 7.0, "WRONG_RESULT", "max error 0.5")],
+        [],
+        [Candidate(odd, 2.0, "NONE", "warm-up was slow")],
+    ]
+    entries = []
+    for i in range(20):
+        entries.append(Entry(
+            CacheKey("dev", "k", "fp", f'sig {i} "é"\\' if i % 3 else f"s{i}",
+                     key_version=i % 2),
+            plain if i % 2 else odd, [1.25, 0.0, -0.0][i % 3],
+            candidate_sets[i % 5], provenances[i % 4 + (i % 7 == 0)]))
+    text = results_io.encode(entries, "a.textproto").decode()
+    parsed = pb.AutotuneResults()
+    text_format.Parse(text, parsed)
+    assert parsed.SerializeToString(deterministic=True) == \
+        results_io.encode(entries, "a.pb")
+    assert "provenance { }" not in text
+    assert results_io.decode(text.encode(), "a.textproto") == \
+        results_io.sort_entries(entries)
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_binary_entries_are_copied_byte_for_byte(verify):
+    data = results_io.encode(make_entries(30), "c.pb")
+    loaded = results_io.decode(data, "c.pb", verify=verify)
+    assert results_io.encode(loaded, "c.pb") == data
+    # Decoding the lazy fields gives the entries that were written.
+    assert loaded == results_io.sort_entries(make_entries(30))
+
+
+def test_corrupt_candidate_bytes_are_reported_when_read():
+    entries = make_entries(3)
+    data = results_io.encode(entries, "c.pb")
+    # Proto3 strings must be UTF-8: break one inside a candidate's detail.
+    at = data.index(b"shared memory")
+    bad = data[:at] + b"\xff" + data[at + 1:]
+    with pytest.raises(CacheFileError, match=r"^c\.pb: .*decode"):
+        results_io.decode(bad, "c.pb", verify=True)
+    # The runtime's load parses only what lookups need; the bad candidate
+    # is reported, naming the file, when something reads it.
+    loaded = results_io.decode(bad, "c.pb")
+    assert [e.best for e in loaded] == [e.best for e in
+                                        results_io.sort_entries(entries)]
+    with pytest.raises(CacheFileError, match=r"^c\.pb: entry for kernel "
+                       r"matmul .*do not decode"):
+        [e.candidates for e in loaded]
