@@ -3,8 +3,27 @@
 Import this package before defining @triton.jit kernels: with no GPU visible
 it selects Triton's interpreter (TRITON_INTERPRET=1), which Triton reads when
 a kernel is decorated.
+
+The runtime (and with it torch and triton) is imported on first use of one
+of its names, so that the cache tools, which only read and write files,
+start in a fraction of a second.
 """
+import importlib as _importlib
 import os as _os
+
+
+def _gpu_driver_visible():
+    """Whether a GPU driver's device files exist and are not hidden by the
+    *_VISIBLE_DEVICES variables; a machine without them has no GPU for
+    Triton, and is known so without importing torch."""
+    hidden = ("", "-1")
+    nvidia = (_os.path.exists("/dev/nvidiactl")
+              and _os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip()
+              not in hidden)
+    amd = (_os.path.exists("/dev/kfd")
+           and _os.environ.get("HIP_VISIBLE_DEVICES", "0").strip()
+           not in hidden)
+    return nvidia or amd
 
 
 def _select_interpreter_early():
@@ -12,26 +31,44 @@ def _select_interpreter_early():
         return
     if "--autotune_backend=gpu" in _os.environ.get("AUTOTUNE_FLAGS", ""):
         return
-    try:
-        import torch
-        if torch.cuda.is_available():
-            return
-    except ImportError:
-        pass
+    if _gpu_driver_visible():
+        # A driver is there; torch says whether it has a usable device.
+        try:
+            import torch
+            if torch.cuda.is_available():
+                return
+        except ImportError:
+            pass
     _os.environ["TRITON_INTERPRET"] = "1"
 
 
 _select_interpreter_early()
 
-from autotune.records import (CacheKey, Candidate, Config, Entry,  # noqa: E402
-                              Provenance)
-from autotune.results_io import (CacheFileError, dump_results,  # noqa: E402
-                                 load_results)
-from autotune.runtime import (AutotuneCacheMissError, AutotuneError,  # noqa: E402
-                              Autotuner, autotune, configure, session, tune)
-from autotune.search.space import Space  # noqa: E402
+_EXPORTS = {
+    "CacheKey": "autotune.records", "Candidate": "autotune.records",
+    "Config": "autotune.records", "Entry": "autotune.records",
+    "Provenance": "autotune.records",
+    "CacheFileError": "autotune.results_io",
+    "dump_results": "autotune.results_io",
+    "load_results": "autotune.results_io",
+    "AutotuneCacheMissError": "autotune.runtime",
+    "AutotuneError": "autotune.runtime", "Autotuner": "autotune.runtime",
+    "autotune": "autotune.runtime", "configure": "autotune.runtime",
+    "session": "autotune.runtime", "tune": "autotune.runtime",
+    "Space": "autotune.search.space",
+}
 
-__all__ = ["Autotuner", "autotune", "tune", "configure", "session", "Config",
-           "Space", "CacheKey", "Candidate", "Entry", "Provenance",
-           "CacheFileError", "AutotuneError", "AutotuneCacheMissError",
-           "load_results", "dump_results"]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -35,14 +35,18 @@ class ToolError(Exception):
     """Bad input or usage: exit 2 with a one-line message."""
 
 
-def read_cache(path):
-    """Entries of a results file or a per-fusion directory."""
+def read_cache(path, parse_all=False):
+    """Entries of a results file or a per-fusion directory. parse_all: parse
+    every field of a binary file now (verify, show); otherwise candidates
+    and provenance are parsed when used, and copied unparsed when written
+    in the same format."""
     if not os.path.exists(path):
         raise ToolError(f"{path}: no such file or directory")
     try:
         if os.path.isdir(path):
             return PerFusionDirectory(path, "read").entries()
-        return results_io.load_results(path, verify=True)
+        return results_io.load_results(path, verify=True,
+                                       parse_all=parse_all)
     except CacheFileError as e:
         raise ToolError(str(e))
     except OSError as e:
@@ -51,10 +55,13 @@ def read_cache(path):
 
 def materialize(entries, path):
     """Decodes lazily decoded fields now, so a bad line is reported as bad
-    input before anything is written. Entries of binary files were checked
-    by protobuf's parser when loaded, entries of canonical text files are
-    checked by one pattern match; both are then copied as they are."""
+    input before anything is written. Entries of canonical text files are
+    checked by one pattern match and then copied as they are. Entries of
+    binary files were framed by protobuf's parser when loaded; their
+    candidates and provenance are copied as they are, unparsed (verify
+    parses them)."""
     try:
+        results_io.decode_heads(entries)
         for entry in entries:
             entry.best  # noqa: B018
             if entry.raw is None or not (
@@ -114,7 +121,7 @@ def stats(entries, path):
 def cmd_show(args):
     out = []
     for path in args.paths:
-        entries = read_cache(path)
+        entries = read_cache(path, parse_all=True)
         info = stats(entries, path)
         if args.entries:
             info["list"] = [{"device": e.key.device, "kernel": e.key.kernel,
@@ -319,7 +326,7 @@ def cmd_verify(args):
     bad = 0
     for path in args.paths:
         try:
-            entries = read_cache(path)
+            entries = read_cache(path, parse_all=True)
             materialize(entries, path)
         except ToolError as e:
             print(f"error: {e}")

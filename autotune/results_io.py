@@ -135,6 +135,43 @@ class _PbRestDecoder:
         return msg
 
 
+    def decode_heads(self, entries):
+        """head() for many entries of this decoder at once, at C speed
+        where it can be (tools compare the best configs of whole files)."""
+        messages = [e.raw[1] for e in entries]
+        raws = list(map(_CONFIG_FIELDS, map(_BEST_FIELD, messages)))
+
+        def make(raw, _):
+            try:
+                return Config.from_params_text(raw[0], raw[1], raw[2],
+                                               raw[3] or 1)
+            except ValueError as e:
+                raise CacheFileError(self.source, f"best config: {e}")
+        configs = _column(self.memo, raws, make)
+        for entry, config, run_time in zip(
+                entries, configs, map(_RUN_TIME_FIELD, messages)):
+            entry.set_head(config, run_time)
+
+
+_BEST_FIELD = operator.attrgetter("best")
+_CONFIG_FIELDS = operator.attrgetter("params", "num_warps", "num_stages",
+                                     "num_ctas")
+_RUN_TIME_FIELD = operator.attrgetter("run_time_us")
+
+
+def decode_heads(entries):
+    """Decodes the best config and run time of every lazily loaded binary
+    entry in `entries` (others decode theirs on first use)."""
+    by_decoder = {}
+    for entry in entries:
+        raw = entry.raw
+        if raw is not None and type(raw[0]) is _PbRestDecoder \
+                and not entry.has_head():
+            by_decoder.setdefault(raw[0], []).append(entry)
+    for decoder, group in by_decoder.items():
+        decoder.decode_heads(group)
+
+
 def _memo_config_pb(msg, memo):
     raw = (msg.params, msg.num_warps, msg.num_stages, msg.num_ctas)
     config = memo.get(raw)
@@ -305,10 +342,10 @@ def encode_binary(entries):
     return b"".join(encode_binary_chunks(entries))
 
 
-def decode_binary(data, source, verify=False):
-    """verify: parse every field now; otherwise candidates and provenance
+def decode_binary(data, source, parse_all=False):
+    """parse_all: parse every field now; otherwise candidates and provenance
     are parsed when first used (lookups never use them)."""
-    results = pb.AutotuneResults() if verify else pb.AutotuneResultsHeads()
+    results = pb.AutotuneResults() if parse_all else pb.AutotuneResultsHeads()
     try:
         results.ParseFromString(data)
     except (pb_message.DecodeError, RuntimeError, ValueError) as e:
@@ -963,12 +1000,14 @@ def _crc_matches(data):
         return False
 
 
-def decode(data, path, verify=False):
-    """Entries of a results file's bytes. verify (tools): parse all of a
-    binary file now, and check a text file's crc32 line so that its lines
-    may be copied unchecked."""
+def decode(data, path, verify=False, parse_all=False):
+    """Entries of a results file's bytes.
+
+    verify (tools): check a text file's crc32 line, so that its lines may be
+    copied unchecked. parse_all: parse all of a binary file now instead of
+    leaving candidates and provenance for their first use."""
     with no_gc():
-        entries = _decode(data, path, verify)
+        entries = _decode(data, path, parse_all)
     if verify and entries and is_text_path(path) and _crc_matches(data):
         decoder = entries[0].raw[0] if entries[0].raw else None
         if type(decoder) is _TextRestDecoder:
@@ -976,7 +1015,7 @@ def decode(data, path, verify=False):
     return entries
 
 
-def _decode(data, path, verify):
+def _decode(data, path, parse_all):
     if is_text_path(path):
         try:
             text = data.decode("utf-8")
@@ -986,7 +1025,7 @@ def _decode(data, path, verify):
                                  f"({', '.join(TEXT_EXTENSIONS)})")
         entries = decode_text(text, path)
     else:
-        entries = decode_binary(data, path, verify)
+        entries = decode_binary(data, path, parse_all)
     _check_duplicates(entries, path)
     return entries
 
@@ -1006,9 +1045,9 @@ def _check_duplicates(entries, path):
         seen[entry.key] = entry
 
 
-def load_results(path, verify=False):
+def load_results(path, verify=False, parse_all=False):
     """Reads a results file; raises CacheFileError naming it on any problem.
-    verify: see decode()."""
+    verify, parse_all: see decode()."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -1018,7 +1057,7 @@ def load_results(path, verify=False):
         raise CacheFileError(path, "is a directory, not a results file")
     except OSError as e:
         raise CacheFileError(path, f"cannot read: {e.strerror}")
-    return decode(data, path, verify)
+    return decode(data, path, verify, parse_all)
 
 
 def atomic_write(path, data):

@@ -224,10 +224,10 @@ def test_text_writer_edge_values_match_the_binary_writer(monkeypatch):
         results_io.sort_entries(entries)
 
 
-@pytest.mark.parametrize("verify", [False, True])
-def test_binary_entries_are_copied_byte_for_byte(verify):
+@pytest.mark.parametrize("parse_all", [False, True])
+def test_binary_entries_are_copied_byte_for_byte(parse_all):
     data = results_io.encode(make_entries(30), "c.pb")
-    loaded = results_io.decode(data, "c.pb", verify=verify)
+    loaded = results_io.decode(data, "c.pb", parse_all=parse_all)
     assert results_io.encode(loaded, "c.pb") == data
     # Decoding the lazy fields gives the entries that were written.
     assert loaded == results_io.sort_entries(make_entries(30))
@@ -240,10 +240,12 @@ def test_corrupt_candidate_bytes_are_reported_when_read():
     at = data.index(b"shared memory")
     bad = data[:at] + b"\xff" + data[at + 1:]
     with pytest.raises(CacheFileError, match=r"^c\.pb: .*decode"):
-        results_io.decode(bad, "c.pb", verify=True)
-    # The runtime's load parses only what lookups need; the bad candidate
-    # is reported, naming the file, when something reads it.
+        results_io.decode(bad, "c.pb", parse_all=True)
+    # A load that parses only what lookups need (the runtime's, the tools'
+    # but verify's) reports the bad candidate, naming the file, when
+    # something reads it.
     loaded = results_io.decode(bad, "c.pb")
+    results_io.decode_heads(loaded)
     assert [e.best for e in loaded] == [e.best for e in
                                         results_io.sort_entries(entries)]
     with pytest.raises(CacheFileError, match=r"^c\.pb: entry for kernel "
