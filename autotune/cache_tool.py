@@ -45,8 +45,7 @@ def read_cache(path, parse_all=False):
     try:
         if os.path.isdir(path):
             return PerFusionDirectory(path, "read").entries()
-        return results_io.load_results(path, verify=True,
-                                       parse_all=parse_all)
+        return results_io.load_results(path, parse_all=parse_all)
     except CacheFileError as e:
         raise ToolError(str(e))
     except OSError as e:

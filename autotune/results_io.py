@@ -785,12 +785,12 @@ class _TextRestDecoder:
     """Decodes the candidate and provenance lines of a text entry on demand;
     lines outside the canonical layout go through text_format."""
 
-    def __init__(self, config_memo, source):
+    def __init__(self, config_memo, source, trusted=False):
         self.memo = config_memo
         self.source = source
-        # Set when the file's crc32 line matched: every line is as the
-        # writer produced it, so copies need no line-by-line check.
-        self.trusted = False
+        # The file's crc32 line matched: every line is as the writer
+        # produced it, so copies need no line-by-line check.
+        self.trusted = trusted
 
     def __call__(self, rest):
         lines = rest.split("\n")[:-1]
@@ -824,34 +824,111 @@ def _parse_preamble(lines, state):
         state[field] = int(value)
 
 
-def _parse_text_fast(text, source):
+def _parse_text_fast(text, source, trusted=False):
     """The canonical layout only; raises _NotCanonical on anything else.
 
-    Splits the file into entry blocks (C speed), then reads each block's
-    lines by position. Lines that repeat across entries (device, kernel,
-    fingerprint, configs) are decoded once.
+    Splits the file into entry blocks and each block into its lines (C
+    speed), then decodes the key fields column by column; lines that repeat
+    across entries (device, kernel, fingerprint, configs) are decoded once.
+    Candidate and provenance lines are only counted here, and decoded when
+    first used.
     """
-    memo = {}
-    header_memo = {}
-    rest_decoder = _TextRestDecoder({}, source)
     blocks = text.split("\nentries {\n")
     state = {"version": None, "entry_count": None}
     if blocks[0].startswith("entries {\n"):
         blocks[0] = "\n" + blocks[0][len("entries {\n"):]
         blocks.insert(0, "")
     _parse_preamble(blocks[0].split("\n"), state)
+    if len(blocks) == 1:
+        return state["version"] or 0, state["entry_count"], []
+    last = blocks[-1]
+    end = last.find("\n}\n")
+    if end < 0:
+        raise _NotCanonical()
+    _parse_preamble(last[end + 3:].split("\n"), state)
+    blocks[-1] = last[:end + 2]
+    del blocks[0]
+    # Every block must end its entry, and every line of the entries must be
+    # a key line (checked below, by position), a candidate, a provenance or
+    # a closing brace: counted over all blocks at once, unless trusted.
+    if sum(map(str.endswith, blocks, itertools.repeat("\n}"))) != len(blocks):
+        raise _NotCanonical()
+    if trusted:
+        rest_lines = n_lines = None
+    else:
+        rest_lines = (_count(blocks, "\n" + _CAND_PREFIX)
+                      + _count(blocks, "\n  provenance { ") + len(blocks))
+        n_lines = _count(blocks, "\n") + len(blocks)
+
+    lines = list(map(str.split, blocks, itertools.repeat("\n"),
+                     itertools.repeat(7)))
+    standard = sum(map(len, lines)) == 8 * len(lines)
+    if standard:
+        kv_lines = list(map(_COLUMN[4], lines))
+        run_lines = list(map(_COLUMN[6], lines))
+        standard = (all(map(str.startswith, kv_lines,
+                            itertools.repeat("  key_version: ")))
+                    and all(map(str.startswith, run_lines,
+                                itertools.repeat("  run_time_us: "))))
+    if not standard:
+        # Entries without a key version or a run time: block by block.
+        return _parse_blocks(blocks, state, source, rest_lines, n_lines,
+                             trusted)
+    if not trusted and n_lines != 7 * len(blocks) + rest_lines:
+        raise _NotCanonical()
+    signatures = list(map(_COLUMN[3], lines))
+    if not all(map(str.startswith, signatures,
+                   itertools.repeat('  signature: "'))):
+        raise _NotCanonical()
+    signatures = list(map(operator.getitem, signatures,
+                          itertools.repeat(slice(14, -1))))
+    quoted = "".join(map(_COLUMN[3], lines))
+    if quoted.count('"') != 2 * len(lines) or "\\" in quoted \
+            or not all(map(str.endswith, map(_COLUMN[3], lines),
+                           itertools.repeat('"'))):
+        raise _NotCanonical()
+    devices = _column({}, list(map(_COLUMN[0], lines)),
+                      lambda line, _: _header_value(line, "device"))
+    kernels = _column({}, list(map(_COLUMN[1], lines)),
+                      lambda line, _: _header_value(line, "kernel"))
+    fingerprints = _column({}, list(map(_COLUMN[2], lines)),
+                           lambda line, _: _header_value(line, "fingerprint"))
+    key_versions = _column({}, kv_lines, lambda line, _: int(line[15:]))
+    bests = _column({}, list(map(_COLUMN[5], lines)),
+                    lambda line, _: _parse_best_line(line))
+    run_times = list(map(float, map(operator.getitem, run_lines,
+                                    itertools.repeat(slice(15, None)))))
+    keys = map(tuple.__new__, itertools.repeat(CacheKey),
+               zip(devices, kernels, fingerprints, signatures, key_versions))
+    rest_decoder = _TextRestDecoder({}, source, trusted)
+    entries = [Entry(key, best, run_time, decode=(rest_decoder, rest))
+               for key, best, run_time, rest in zip(
+                   keys, bests, run_times, map(_COLUMN[7], lines))]
+    return state["version"] or 0, state["entry_count"], entries
+
+
+_COLUMN = [operator.itemgetter(i) for i in range(8)]
+
+
+def _count(blocks, text):
+    return sum(map(str.count, blocks, itertools.repeat(text)))
+
+
+def _parse_best_line(line):
+    if not line.startswith("  best { ") or not line.endswith(" }"):
+        raise _NotCanonical()
+    return _parse_config_fast(line[9:-2])
+
+
+def _parse_blocks(blocks, state, source, rest_lines, n_lines, trusted):
+    """_parse_text_fast for files where some entries leave out their key
+    version or run time (zero): one block at a time."""
+    memo = {}
+    header_memo = {}
+    rest_decoder = _TextRestDecoder({}, source, trusted)
     entries = []
-    last = len(blocks) - 1
-    for index in range(1, last + 1):
-        block = blocks[index]
-        if index == last:
-            end = block.find("\n}\n")
-            if end < 0:
-                raise _NotCanonical()
-            _parse_preamble(block[end + 3:].split("\n"), state)
-            block = block[:end + 2]
-        if not block.endswith("\n}"):
-            raise _NotCanonical()
+    head_lines = 0
+    for block in blocks:
         lines = block.split("\n", 7)
         head = header_memo.get(lines[0])
         if head is None:
@@ -869,28 +946,20 @@ def _parse_text_fast(text, source):
         if lines[i].startswith("  key_version: "):
             key_version = int(lines[i][15:])
             i += 1
-        line = lines[i]
-        if not line.startswith("  best { ") or not line.endswith(" }"):
-            raise _NotCanonical()
-        best = memo.get(line)
+        best = memo.get(lines[i])
         if best is None:
-            best = memo[line] = _parse_config_fast(line[9:-2])
+            best = memo[lines[i]] = _parse_best_line(lines[i])
         i += 1
         run_time = 0.0
         if lines[i].startswith("  run_time_us: "):
             run_time = float(lines[i][15:])
             i += 1
+        head_lines += i
         rest = "\n".join(lines[i:])
-        # What is left must be candidate lines, at most one provenance line
-        # after them, and the closing brace; counted in C, decoded later.
-        marked = "\n" + rest
-        n_prov = marked.count("\n  provenance { ")
-        if (marked.count("\n") != marked.count("\n" + _CAND_PREFIX) + n_prov + 1
-                or n_prov > 1 or (n_prov and marked.rfind("\n  provenance { ")
-                                  < marked.rfind("\n" + _CAND_PREFIX))):
-            raise _NotCanonical()
         key = CacheKey(head, kernel, fingerprint, signature, key_version)
         entries.append(Entry(key, best, run_time, decode=(rest_decoder, rest)))
+    if not trusted and n_lines != head_lines + rest_lines:
+        raise _NotCanonical()
     return state["version"] or 0, state["entry_count"], entries
 
 
@@ -901,9 +970,11 @@ def _header_value(line, field):
     return _unquote(line[len(prefix):])
 
 
-def decode_text(text, source):
+def decode_text(text, source, trusted=False):
+    """trusted: the file is known to be as the writer produced it (its crc32
+    line matches), so its layout needs no line count."""
     try:
-        version, count, entries = _parse_text_fast(text, source)
+        version, count, entries = _parse_text_fast(text, source, trusted)
     except (_NotCanonical, ValueError, IndexError, TypeError):
         return decode_text_slow(text, source)
     _check_header(version, source)
@@ -995,24 +1066,18 @@ def _crc_matches(data):
     if not line.startswith(CRC_PREFIX) or len(line) != len(CRC_PREFIX) + 9:
         return False
     try:
-        return int(line[len(CRC_PREFIX):-1], 16) == zlib.crc32(data[:end])
+        return int(line[len(CRC_PREFIX):-1], 16) == zlib.crc32(
+            memoryview(data)[:end])
     except ValueError:
         return False
 
 
-def decode(data, path, verify=False, parse_all=False):
-    """Entries of a results file's bytes.
-
-    verify (tools): check a text file's crc32 line, so that its lines may be
-    copied unchecked. parse_all: parse all of a binary file now instead of
-    leaving candidates and provenance for their first use."""
+def decode(data, path, parse_all=False):
+    """Entries of a results file's bytes. parse_all: parse all of a binary
+    file now instead of leaving candidates and provenance for their first
+    use."""
     with no_gc():
-        entries = _decode(data, path, parse_all)
-    if verify and entries and is_text_path(path) and _crc_matches(data):
-        decoder = entries[0].raw[0] if entries[0].raw else None
-        if type(decoder) is _TextRestDecoder:
-            decoder.trusted = True
-    return entries
+        return _decode(data, path, parse_all)
 
 
 def _decode(data, path, parse_all):
@@ -1023,7 +1088,9 @@ def _decode(data, path, parse_all):
             raise CacheFileError(path, f"not UTF-8 text ({e}); binary files "
                                  "must not use a text extension "
                                  f"({', '.join(TEXT_EXTENSIONS)})")
-        entries = decode_text(text, path)
+        # A matching crc32 line (a few ms to check) shows that no line was
+        # edited since the writer produced the file.
+        entries = decode_text(text, path, trusted=_crc_matches(data))
     else:
         entries = decode_binary(data, path, parse_all)
     _check_duplicates(entries, path)
@@ -1045,9 +1112,9 @@ def _check_duplicates(entries, path):
         seen[entry.key] = entry
 
 
-def load_results(path, verify=False, parse_all=False):
+def load_results(path, parse_all=False):
     """Reads a results file; raises CacheFileError naming it on any problem.
-    verify, parse_all: see decode()."""
+    parse_all: see decode()."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -1057,7 +1124,7 @@ def load_results(path, verify=False, parse_all=False):
         raise CacheFileError(path, "is a directory, not a results file")
     except OSError as e:
         raise CacheFileError(path, f"cannot read: {e.strerror}")
-    return decode(data, path, verify, parse_all)
+    return decode(data, path, parse_all)
 
 
 def atomic_write(path, data):

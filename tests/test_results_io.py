@@ -176,18 +176,23 @@ def test_crc_line_marks_unedited_text_as_trusted():
     entries = make_entries(5)
     data = results_io.encode(entries, "c.textproto")
     assert data.splitlines()[-1].startswith(b"# crc32: ")
-    loaded = results_io.decode(data, "c.textproto", verify=True)
+    loaded = results_io.decode(data, "c.textproto")
     assert all(results_io.check_text_rest(e) for e in loaded)
     assert loaded[0].raw[0].trusted
     # One edited line: the crc no longer matches, lines are checked one by
     # one, and a malformed one is caught.
     at = data.index(b"run_time_us: ", data.index(b"  candidates {"))
     edited = data[:at] + b"run_time_us: 1_0 " + data[at + 13:]
-    loaded = results_io.decode(edited, "c.textproto", verify=True)
+    loaded = results_io.decode(edited, "c.textproto")
     assert not loaded[0].raw[0].trusted
     assert not all(results_io.check_text_rest(e) for e in loaded)
-    # Without verify (the runtime), the crc is never computed.
-    assert not results_io.decode(data, "c.textproto")[0].raw[0].trusted
+    # Without the crc line (another writer, or an edit), every line is
+    # accounted for: one that is neither a key, a candidate nor a
+    # provenance sends the file to text_format, which names it.
+    rogue = data.replace(b"  provenance {", b"  bogus: 1\n  provenance {", 1)
+    rogue = rogue[:rogue.rindex(b"# crc32: ")]
+    with pytest.raises(CacheFileError, match=r"^c\.textproto: .*bogus"):
+        results_io.decode(rogue, "c.textproto")
 
 
 def test_text_writer_edge_values_match_the_binary_writer(monkeypatch):
