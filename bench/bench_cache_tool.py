@@ -14,6 +14,7 @@ import gc
 import io
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,12 +48,27 @@ def run_tool(argv):
         return cache_tool.main(argv)
 
 
+def cli_start(times=5):
+    """Wall time of `python -m autotune.cache_tool --help`: what every
+    command pays before reading a file (interpreter and imports)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    samples = []
+    for _ in range(times):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "autotune.cache_tool", "--help"],
+                       cwd=root, check=True, stdout=subprocess.DEVNULL)
+        samples.append(time.perf_counter() - start)
+    print(f"{'cache tool start (--help, new process)':<50} "
+          f"{statistics.median(samples):7.3f} s")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--entries", type=int, default=100000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     machine_speed()
+    cli_start()
     a, b = make_pair(args.entries)
     with tempfile.TemporaryDirectory() as tmp:
         for ext, target in ((".pb", 3.0), (".textproto", 6.0)):
