@@ -111,11 +111,16 @@ class _PbRestDecoder:
         if type(msg) is pb.EntryHead:
             msg = self.full_entry(msg)
         memo = self.memo
-        cands = tuple(
-            Candidate(_memo_config_pb(c.config, memo), c.run_time_us,
-                      FAILURE_KINDS[c.failure] if c.failure < len(FAILURE_KINDS)
-                      else "RUNTIME_ERROR", c.failure_detail)
-            for c in msg.candidates)
+        try:
+            cands = tuple(
+                Candidate(_memo_config_pb(c.config, memo), c.run_time_us,
+                          FAILURE_KINDS[c.failure]
+                          if c.failure < len(FAILURE_KINDS)
+                          else "RUNTIME_ERROR", c.failure_detail)
+                for c in msg.candidates)
+        except ValueError as e:
+            raise CacheFileError(self.source, f"entry for kernel {msg.kernel} "
+                                 f"[{msg.signature}]: candidate: {e}")
         p = msg.provenance
         prov = Provenance(p.triton_version, p.torch_version, p.cuda_version,
                           p.timestamp, p.timing_spread, p.tuner,
@@ -810,7 +815,7 @@ class _TextRestDecoder:
         except text_format.ParseError as e:
             raise CacheFileError(self.source,
                                  f"bad candidate or provenance: {e}")
-        return _PbRestDecoder(self.memo)(msg)
+        return _PbRestDecoder(self.memo, self.source)(msg)
 
 
 def _parse_preamble(lines, state):
@@ -924,22 +929,20 @@ def _parse_blocks(blocks, state, source, rest_lines, n_lines, trusted):
     """_parse_text_fast for files where some entries leave out their key
     version or run time (zero): one block at a time."""
     memo = {}
-    header_memo = {}
+    # One memo per field: a line is only ever read as the field it names.
+    fields = {"device": {}, "kernel": {}, "fingerprint": {}}
     rest_decoder = _TextRestDecoder({}, source, trusted)
     entries = []
     head_lines = 0
     for block in blocks:
         lines = block.split("\n", 7)
-        head = header_memo.get(lines[0])
-        if head is None:
-            head = header_memo[lines[0]] = _header_value(lines[0], "device")
-        kernel = header_memo.get(lines[1])
-        if kernel is None:
-            kernel = header_memo[lines[1]] = _header_value(lines[1], "kernel")
-        fingerprint = header_memo.get(lines[2])
-        if fingerprint is None:
-            fingerprint = header_memo[lines[2]] = _header_value(
-                lines[2], "fingerprint")
+        values = []
+        for line, (field, seen) in zip(lines, fields.items()):
+            value = seen.get(line)
+            if value is None:
+                value = seen[line] = _header_value(line, field)
+            values.append(value)
+        head, kernel, fingerprint = values
         signature = _header_value(lines[3], "signature")
         i = 4
         key_version = 0

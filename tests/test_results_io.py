@@ -256,3 +256,83 @@ def test_corrupt_candidate_bytes_are_reported_when_read():
     with pytest.raises(CacheFileError, match=r"^c\.pb: entry for kernel "
                        r"matmul .*do not decode"):
         [e.candidates for e in loaded]
+
+
+def _decode_fully(data, path, parse_all=False):
+    """Entries with every lazy field decoded, or the CacheFileError."""
+    try:
+        entries = results_io.decode(data, path, parse_all=parse_all)
+        for entry in entries:
+            entry.candidates  # noqa: B018
+        return entries
+    except CacheFileError as e:
+        return e
+
+
+@pytest.mark.parametrize("keep_crc", [False, True])
+@pytest.mark.parametrize("layout", ["standard", "zero run time"])
+def test_fast_text_reader_agrees_with_text_format_on_edited_files(keep_crc,
+                                                                  layout):
+    """Lines deleted, repeated, swapped or replaced: whatever the fast
+    reader accepts, text_format reads the same way, and what text_format
+    rejects the fast reader rejects too (naming the file). MUTATIONS and
+    SEED in the environment run more of them."""
+    entries = make_entries(6, seed=4)
+    if layout != "standard":
+        # One entry without its run_time_us line: read block by block.
+        entries[2] = entries[2].replace(run_time_us=0.0)
+    data = results_io.encode(entries, "e.textproto")
+    if not keep_crc:
+        data = data[:data.rindex(b"# crc32: ")]
+    lines = data.decode().split("\n")[:-1]
+    rng = random.Random(int(os.environ.get("SEED", 7)))
+    junk = ["  bogus: 1", "}", "entries {", "  provenance { tuner: \"x\" }",
+            '  candidates { config { params: "A=1" num_warps: 4 '
+            'num_stages: 2 } run_time_us: 2.5 }', "# comment", "",
+            "  key_version: 3"]
+    for _ in range(int(os.environ.get("MUTATIONS", 300))):
+        edited = list(lines)
+        for _ in range(rng.randint(1, 2)):
+            at = rng.randrange(len(edited))
+            action = rng.randrange(4)
+            if action == 0:
+                del edited[at]
+            elif action == 1:
+                edited.insert(at, edited[at])
+            elif action == 2:
+                other = rng.randrange(len(edited))
+                edited[at], edited[other] = edited[other], edited[at]
+            else:
+                edited.insert(at, rng.choice(junk))
+        text = "\n".join(edited) + "\n"
+        fast = _decode_fully(text.encode(), "e.textproto")
+        try:
+            slow = results_io.decode_text_slow(text, "e.textproto")
+            results_io._check_duplicates(slow, "e.textproto")
+        except CacheFileError:
+            assert isinstance(fast, CacheFileError), text
+            assert str(fast).startswith("e.textproto: ")
+            continue
+        assert fast == slow, text
+
+
+def test_lazy_binary_reader_agrees_with_a_full_parse_on_damaged_files():
+    """Bytes flipped or cut: the heads-only load plus decoding on first use
+    gives what a full parse gives, or an error naming the file."""
+    data = results_io.encode(make_entries(5, seed=2), "d.pb")
+    rng = random.Random(int(os.environ.get("SEED", 3)))
+    for _ in range(int(os.environ.get("MUTATIONS", 400))):
+        damaged = bytearray(data)
+        if rng.random() < 0.2:
+            damaged = damaged[:rng.randrange(len(damaged))]
+        for _ in range(rng.randint(1, 3)):
+            if damaged:
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        damaged = bytes(damaged)
+        lazy = _decode_fully(damaged, "d.pb")
+        full = _decode_fully(damaged, "d.pb", parse_all=True)
+        if isinstance(full, CacheFileError):
+            assert isinstance(lazy, CacheFileError)
+            assert str(lazy).startswith("d.pb: ")
+        else:
+            assert lazy == full
