@@ -314,6 +314,11 @@ def test_fast_text_reader_agrees_with_text_format_on_edited_files(keep_crc,
             assert str(fast).startswith("e.textproto: ")
             continue
         assert fast == slow, text
+        # Written back, the lines read (and maybe copied) are canonical.
+        canonical = results_io.encode(slow, "out.textproto")
+        assert results_io.encode(fast, "out.textproto") == canonical
+        lazy = results_io.decode(text.encode(), "e.textproto")
+        assert results_io.encode(lazy, "out.textproto") == canonical
 
 
 def test_lazy_binary_reader_agrees_with_a_full_parse_on_damaged_files():
