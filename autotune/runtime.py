@@ -15,6 +15,7 @@ holds the caches and the statistics and writes the dump and the report at
 exit.
 """
 import atexit
+import itertools
 import json
 import os
 import sys
@@ -304,6 +305,10 @@ def _constexpr_args(fn):
     return out
 
 
+_DTYPE = itertools.repeat("dtype")
+_NO_DTYPE = itertools.repeat(None)
+
+
 class Autotuner:
     """Stands where triton.autotune stands: kernel[grid](*args, **kwargs)."""
 
@@ -360,11 +365,11 @@ class Autotuner:
         return named
 
     def fusion_key(self, named):
-        """Cheap part of the key: a tuple, memoized to the full CacheKey."""
-        values = tuple(named[k] for k in self.key)
-        dtypes = tuple(getattr(v, "dtype", None) for v in named.values())
-        consts = tuple(named.get(k) for k in self.constexpr_names)
-        return values, dtypes, consts
+        """Cheap part of the key: a tuple, memoized to the full CacheKey.
+        Built with map() over C-level getters: this runs on every launch."""
+        return (tuple(map(named.__getitem__, self.key)),
+                tuple(map(getattr, named.values(), _DTYPE, _NO_DTYPE)),
+                tuple(map(named.get, self.constexpr_names)))
 
     def _full_key(self, sess, named):
         key_values = [(k, named[k]) for k in self.key]
