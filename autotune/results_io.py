@@ -58,34 +58,9 @@ def is_text_path(path):
 # --------------------------------------------------------------------------
 # Conversion between records and protobuf messages.
 
-def config_to_pb(config, msg):
-    msg.params = config.params_text
-    msg.num_warps = config.num_warps
-    msg.num_stages = config.num_stages
-    if config.num_ctas != 1:
-        msg.num_ctas = config.num_ctas
-
-
 def config_from_pb(msg):
     return Config.from_params_text(msg.params, msg.num_warps, msg.num_stages,
                                    msg.num_ctas or 1)
-
-
-def entry_to_pb(entry, msg=None):
-    msg = msg if msg is not None else pb.Entry()
-    key = entry.key
-    msg.device, msg.kernel, msg.fingerprint, msg.signature = key[:4]
-    msg.key_version = key.key_version
-    config_to_pb(entry.best, msg.best)
-    msg.run_time_us = entry.run_time_us
-    for cand in entry.candidates:
-        c = msg.candidates.add()
-        config_to_pb(cand.config, c.config)
-        c.run_time_us = cand.run_time_us
-        c.failure = FAILURE_KINDS.index(cand.failure)
-        c.failure_detail = cand.failure_detail
-    msg.provenance.CopyFrom(pb.Provenance(**entry.provenance._asdict()))
-    return msg
 
 
 class _PbRestDecoder:

@@ -341,3 +341,48 @@ def test_lazy_binary_reader_agrees_with_a_full_parse_on_damaged_files():
             assert str(lazy).startswith("d.pb: ")
         else:
             assert lazy == full
+
+
+def _reference_message(entries):
+    """AutotuneResults built field by field and serialized by protobuf:
+    what the binary writer must match byte for byte."""
+    results = pb.AutotuneResults(version=results_io.FORMAT_VERSION,
+                                 entry_count=len(entries))
+    for entry in entries:
+        msg = results.entries.add(
+            device=entry.key.device, kernel=entry.key.kernel,
+            fingerprint=entry.key.fingerprint,
+            signature=entry.key.signature,
+            key_version=entry.key.key_version,
+            run_time_us=entry.run_time_us)
+        for config, target in [(entry.best, msg.best)] + [
+                (c.config, msg.candidates.add(
+                    run_time_us=c.run_time_us,
+                    failure=pb.FailureKind.Value(c.failure),
+                    failure_detail=c.failure_detail))
+                for c in entry.candidates]:
+            config_msg = target if target is msg.best else target.config
+            config_msg.params = config.params_text
+            config_msg.num_warps = config.num_warps
+            config_msg.num_stages = config.num_stages
+            config_msg.num_ctas = config.num_ctas if config.num_ctas != 1 else 0
+        provenance = pb.Provenance(**entry.provenance._asdict())
+        if provenance.ByteSize():  # an empty one is left out (-0.0 is not)
+            msg.provenance.CopyFrom(provenance)
+    return results.SerializeToString(deterministic=True)
+
+
+def test_binary_writer_matches_protobuf_serialization():
+    plain = Config({"B": 16}, num_warps=2, num_stages=1)
+    odd = Config({"ACT": 'say "hi"', "F": 0.25}, num_ctas=2)
+    entries = make_entries(30)
+    for i, value in enumerate([0.0, -0.0, 1.5, float("inf")]):
+        entries.append(Entry(
+            CacheKey("dév", "k", "fp", f'sig {i} "é"\\', key_version=i % 2),
+            odd if i % 2 else plain, value,
+            [Candidate(plain, value), Candidate(odd, value, "TIMEOUT"),
+             Candidate(plain, 3.0, "NONE", "slow warm-up")],
+            Provenance(timing_spread=value, tuning_seconds=-value,
+                       tuner="ga" if i % 2 else "")))
+    entries = results_io.sort_entries(entries)
+    assert results_io.encode(entries, "x.pb") == _reference_message(entries)
