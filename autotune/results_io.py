@@ -172,8 +172,10 @@ def entries_from_pb(results, source, config_memo=None):
     # Python-level __new__.
     keys = map(tuple.__new__, itertools.repeat(CacheKey),
                map(_KEY_FIELDS, messages))
-    return [Entry(key, None, 0.0, decode=(rest, msg))
-            for key, msg in zip(keys, messages)]
+    return list(map(Entry, keys, itertools.repeat(None),
+                    itertools.repeat(0.0), itertools.repeat(()),
+                    itertools.repeat(EMPTY_PROVENANCE),
+                    zip(itertools.repeat(rest), messages)))
 
 
 # --------------------------------------------------------------------------
