@@ -364,17 +364,22 @@ class Autotuner:
         named.update(kwargs)
         return named
 
-    def fusion_key(self, named):
+    def fusion_key(self, named, kwargs):
         """Cheap part of the key: a tuple, memoized to the full CacheKey.
-        Built with map() over C-level getters: this runs on every launch."""
+        Built with map() over C-level getters: this runs on every launch.
+        The dtypes are listed in the order of `named` (positional arguments,
+        then keywords as given), so the keyword names are part of it."""
         return (tuple(map(named.__getitem__, self.key)),
                 tuple(map(getattr, named.values(), _DTYPE, _NO_DTYPE)),
+                tuple(kwargs),
                 tuple(map(named.get, self.constexpr_names)))
 
     def _full_key(self, sess, named):
         key_values = [(k, named[k]) for k in self.key]
-        dtypes = [(k, v.dtype) for k, v in named.items()
-                  if hasattr(v, "dtype")]
+        # In the kernel's argument order, however the call passed them.
+        order = self.arg_names + sorted(set(named) - set(self.arg_names))
+        dtypes = [(k, named[k].dtype) for k in order
+                  if hasattr(named.get(k), "dtype")]
         consts = [(k, named[k]) for k in sorted(self.constexpr_names)
                   if k in named]
         signature = cache_key.fusion_signature(key_values, dtypes, consts)
@@ -392,7 +397,7 @@ class Autotuner:
         if sess is not self._session:
             self._memo.clear()
             self._session = sess
-        fast = self.fusion_key(named)
+        fast = self.fusion_key(named, kwargs)
         config = self._memo.get(fast)
         if config is not None:
             return config

@@ -221,3 +221,21 @@ def test_evolutionary_search_over_a_space(session_factory):
     assert entry.provenance.tuner == "evolutionary"
     assert len(entry.candidates) == 6 == sess.stats.candidate_benchmarks
     assert entry.best.kwargs["BUG"] == 0
+
+
+def test_keyword_tensors_in_another_order_are_another_fusion(session_factory):
+    """The launch memo must not mistake x=float32, y=float16 for
+    y=float32, x=float16: the dtypes belong to different arguments."""
+    sess = session_factory()
+    tuned = tk.make_tuner(configs=tk.GOOD)
+    n = 40
+    x32, y16 = torch.arange(n, dtype=torch.float32), torch.empty(n).half()
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)  # noqa: E731
+    tuned[grid](x=x32, y=y16, n=n, alpha=2.0)
+    assert sess.stats.tuned == 1
+    # The same fusion, however the arguments are passed.
+    config = tuned.lookup_config(x=x32, y=y16, n=n, alpha=2.0)
+    assert tuned.lookup_config(y=y16, x=x32, n=n, alpha=2.0) == config
+    assert tuned.lookup_config(x32, y16, n, 2.0) == config
+    with pytest.raises(autotune.AutotuneError, match="x:float16,y:float32"):
+        tuned.lookup_config(y=x32, x=y16, n=n, alpha=2.0)
