@@ -54,7 +54,22 @@ def classify_failure(exc):
     text = str(exc).lower()
     if "out of resource" in text or "out of memory" in text:
         return "OUT_OF_RESOURCES"
+    if "InterpreterError" in names and _raised_in_triton_language(
+            exc.__cause__):
+        # The interpreter runs the language's checks (block shapes, types)
+        # as the kernel runs; compiled for a GPU they fail the compile.
+        return "COMPILE_ERROR"
     return "RUNTIME_ERROR"
+
+
+def _raised_in_triton_language(exc):
+    if exc is None or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    path = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+    return "/triton/language/" in path
 
 
 class Backend:

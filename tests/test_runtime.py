@@ -23,7 +23,7 @@ def test_miss_tunes_then_hit_does_no_benchmarking(session_factory, tmp_path):
     entry = sess.cache.memory[next(iter(sess.cache.memory))]
     failures = {c.config: c.failure for c in entry.candidates}
     assert failures[tk.WRONG] == "WRONG_RESULT"
-    assert failures[tk.CRASH] == "RUNTIME_ERROR"
+    assert failures[tk.CRASH] == "COMPILE_ERROR"  # arange of 24
     assert entry.best in tk.GOOD
     sess.finish()
 
@@ -239,3 +239,28 @@ def test_keyword_tensors_in_another_order_are_another_fusion(session_factory):
     assert tuned.lookup_config(x32, y16, n, 2.0) == config
     with pytest.raises(autotune.AutotuneError, match="x:float16,y:float32"):
         tuned.lookup_config(y=x32, x=y16, n=n, alpha=2.0)
+
+
+def test_failures_are_classified():
+    from autotune.backends import classify_failure
+    from triton.runtime.errors import InterpreterError
+
+    def wrapped(cause):
+        try:
+            try:
+                raise cause
+            except Exception as inner:
+                raise InterpreterError(repr(inner)) from inner
+        except InterpreterError as e:
+            return e
+
+    # Raised by the interpreter while the kernel's own code runs.
+    assert classify_failure(wrapped(IndexError("bad offset"))) == \
+        "RUNTIME_ERROR"
+    assert classify_failure(RuntimeError("CUDA error: out of memory")) == \
+        "OUT_OF_RESOURCES"
+
+    class OutOfResources(Exception):
+        pass
+    assert classify_failure(OutOfResources("shared memory")) == \
+        "OUT_OF_RESOURCES"
