@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 import torch
@@ -264,3 +265,23 @@ def test_failures_are_classified():
         pass
     assert classify_failure(OutOfResources("shared memory")) == \
         "OUT_OF_RESOURCES"
+
+
+def test_slow_first_run_is_a_timeout_and_never_wins():
+    from autotune import backends, tuner
+    x = torch.arange(8.0)
+    y = torch.zeros(8)
+
+    def launch(config):
+        time.sleep(config.kwargs["SLEEP"])
+        y.copy_(x * 2)
+
+    slow, fast = Config({"SLEEP": 0.3}), Config({"SLEEP": 0.0})
+    evaluator = tuner.CandidateEvaluator(
+        backends.InterpreterBackend(repetitions=1), launch, {"y": y},
+        reference=lambda y: y.copy_(x * 2), timeout_s=0.1)
+    result = tuner.run_candidates(evaluator, [slow, fast])
+    kinds = {c.config: c.failure for c in result.candidates}
+    assert kinds == {slow: "TIMEOUT", fast: "NONE"}
+    assert result.best.config == fast
+    assert "limit 0.1 s" in result.candidates[0].failure_detail
