@@ -231,8 +231,11 @@ class Entry:
 
     @property
     def provenance(self):
-        if self._decode is not None:
-            self._materialize()
+        if self._provenance is None:
+            # Decoded alone: tools list the dates and versions of whole
+            # files without decoding every candidate.
+            decoder, payload = self._decode
+            self._provenance = decoder.provenance(payload)
         return self._provenance
 
     def replace(self, **changes):

@@ -102,11 +102,15 @@ class _PbRestDecoder:
         except ValueError as e:
             raise CacheFileError(self.source, f"entry for kernel {msg.kernel} "
                                  f"[{msg.signature}]: candidate: {e}")
+        return cands, self.provenance(msg)
+
+    def provenance(self, msg):
+        if type(msg) is pb.EntryHead:
+            msg = self.full_entry(msg)
         p = msg.provenance
-        prov = Provenance(p.triton_version, p.torch_version, p.cuda_version,
+        return Provenance(p.triton_version, p.torch_version, p.cuda_version,
                           p.timestamp, p.timing_spread, p.tuner,
                           p.tuning_seconds)
-        return cands, prov
 
 
     def full_entry(self, head):
@@ -799,6 +803,20 @@ class _TextRestDecoder:
             raise CacheFileError(self.source,
                                  f"bad candidate or provenance: {e}")
         return _PbRestDecoder(self.memo, self.source)(msg)
+
+    def provenance(self, rest):
+        """The provenance alone: the canonical layout puts it on the last
+        line before the closing brace."""
+        body = rest[:-2] if rest.endswith("\n}") else ""
+        last = body.rpartition("\n")[2]
+        if last.startswith("  provenance { "):
+            try:
+                return _parse_provenance_fast(last)
+            except (_NotCanonical, ValueError, IndexError, TypeError):
+                pass
+        elif "provenance" not in body and rest.endswith("}"):
+            return EMPTY_PROVENANCE
+        return self(rest)[1]
 
 
 def _parse_preamble(lines, state):

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from autotune import cache_key, cache_tool, results_io
-from autotune.records import Config, Provenance
+from autotune.records import Candidate, Config, Provenance
 
 from test_results_io import make_entries
 
@@ -230,3 +230,17 @@ def test_merge_rejects_a_malformed_candidate_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert str(bad) in err and "bad candidate" in err
     assert not out.exists()
+
+
+def test_verify_decodes_every_candidate(tmp_path, capsys):
+    # A candidate whose config text breaks the params syntax: protobuf
+    # parses the file, the runtime never reads candidates; verify must.
+    entries = make_entries(3, seed=2)
+    entries[1] = entries[1].replace(candidates=entries[1].candidates + (
+        Candidate(Config({"ZETA": 1}), 9.0),))
+    data = results_io.encode(entries, "v.pb")
+    bad = tmp_path / "bad.pb"
+    bad.write_bytes(data.replace(b"ZETA=1", b"ZETA~1"))
+    assert tool("verify", bad) == 2
+    err = capsys.readouterr().out
+    assert str(bad) in err and "malformed config params" in err

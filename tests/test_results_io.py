@@ -318,6 +318,8 @@ def test_fast_text_reader_agrees_with_text_format_on_edited_files(keep_crc,
         canonical = results_io.encode(slow, "out.textproto")
         assert results_io.encode(fast, "out.textproto") == canonical
         lazy = results_io.decode(text.encode(), "e.textproto")
+        # The provenance read on its own (show, stats) is the same too.
+        assert [e.provenance for e in lazy] == [e.provenance for e in slow]
         assert results_io.encode(lazy, "out.textproto") == canonical
 
 
@@ -334,8 +336,15 @@ def test_lazy_binary_reader_agrees_with_a_full_parse_on_damaged_files():
             if damaged:
                 damaged[rng.randrange(len(damaged))] = rng.randrange(256)
         damaged = bytes(damaged)
+        try:
+            provenances = [e.provenance for e in results_io.decode(damaged,
+                                                                   "d.pb")]
+        except CacheFileError:
+            provenances = None
         lazy = _decode_fully(damaged, "d.pb")
         full = _decode_fully(damaged, "d.pb", parse_all=True)
+        if not isinstance(lazy, CacheFileError):
+            assert provenances == [e.provenance for e in lazy]
         if isinstance(full, CacheFileError):
             assert isinstance(lazy, CacheFileError)
             assert str(lazy).startswith("d.pb: ")
@@ -386,3 +395,13 @@ def test_binary_writer_matches_protobuf_serialization():
                        tuner="ga" if i % 2 else "")))
     entries = results_io.sort_entries(entries)
     assert results_io.encode(entries, "x.pb") == _reference_message(entries)
+
+
+def test_provenance_alone_leaves_candidates_undecoded():
+    entries = make_entries(4)
+    for path in ("p.textproto", "p.pb"):
+        loaded = results_io.decode(results_io.encode(entries, path), path)
+        assert [e.provenance for e in loaded] == \
+            [e.provenance for e in results_io.sort_entries(entries)]
+        assert all(e._candidates is None for e in loaded)
+        assert loaded == results_io.sort_entries(entries)
