@@ -61,7 +61,14 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+_SUBMODULES = ("backends", "cache_key", "cache_storage", "cache_tool",
+               "flags", "kernels", "records", "results_io", "runtime",
+               "search", "tuner")
+
+
 def __getattr__(name):
+    if name in _SUBMODULES:  # autotune.runtime without importing it first
+        return _importlib.import_module(f"autotune.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'autotune' has no attribute {name!r}")

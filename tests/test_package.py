@@ -23,6 +23,7 @@ def test_runtime_names_resolve_lazily():
     assert autotune.tune.__module__ == "autotune.runtime"
     assert autotune.Config.__module__ == "autotune.records"
     assert "configure" in dir(autotune)
+    assert autotune.results_io.load_results is autotune.load_results
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         autotune.nope  # noqa: B018
 
