@@ -62,10 +62,11 @@ def materialize(entries, path):
     try:
         results_io.decode_heads(entries)
         for entry in entries:
+            raw = entry.raw
+            if raw is not None and type(raw[0]) is results_io._PbRestDecoder:
+                continue  # best decoded in bulk above; the rest is copied
             entry.best  # noqa: B018
-            if entry.raw is None or not (
-                    type(entry.raw[0]) is results_io._PbRestDecoder
-                    or results_io.check_text_rest(entry)):
+            if raw is None or not results_io.check_text_rest(entry):
                 entry.candidates  # noqa: B018
     except CacheFileError as e:
         raise ToolError(str(e))

@@ -128,7 +128,7 @@ class _PbRestDecoder:
     def decode_heads(self, entries):
         """head() for many entries of this decoder at once, at C speed
         where it can be (tools compare the best configs of whole files)."""
-        messages = [e.raw[1] for e in entries]
+        messages = list(map(_SECOND, map(_RAW_OF, entries)))
         raws = list(map(_CONFIG_FIELDS, map(_BEST_FIELD, messages)))
 
         def make(raw, _):
@@ -138,12 +138,14 @@ class _PbRestDecoder:
             except ValueError as e:
                 raise CacheFileError(self.source, f"best config: {e}")
         configs = _column(self.memo, raws, make)
-        for entry, config, run_time in zip(
-                entries, configs, map(_RUN_TIME_FIELD, messages)):
-            entry.set_head(config, run_time)
+        for _ in map(Entry.set_head, entries, configs,
+                     map(_RUN_TIME_FIELD, messages)):
+            pass
 
 
 _BEST_FIELD = operator.attrgetter("best")
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
 _CONFIG_FIELDS = operator.attrgetter("params", "num_warps", "num_stages",
                                      "num_ctas")
 _RUN_TIME_FIELD = operator.attrgetter("run_time_us")
@@ -152,12 +154,21 @@ _RUN_TIME_FIELD = operator.attrgetter("run_time_us")
 def decode_heads(entries):
     """Decodes the best config and run time of every lazily loaded binary
     entry in `entries` (others decode theirs on first use)."""
+    pending = list(itertools.compress(
+        entries, map(operator.not_, map(Entry.has_head, entries))))
+    raws = list(map(_RAW_OF, pending))
+    decoders = set(map(type, map(_FIRST, raws)))
+    if not pending or decoders != {_PbRestDecoder}:
+        # Mixed sources (or none to decode): one entry at a time.
+        pending = [e for e, raw in zip(pending, raws)
+                   if type(raw[0]) is _PbRestDecoder]
+        raws = list(map(_RAW_OF, pending))
     by_decoder = {}
-    for entry in entries:
-        raw = entry.raw
-        if raw is not None and type(raw[0]) is _PbRestDecoder \
-                and not entry.has_head():
-            by_decoder.setdefault(raw[0], []).append(entry)
+    for entry, decoder in zip(pending, map(_FIRST, raws)):
+        group = by_decoder.get(decoder)
+        if group is None:
+            group = by_decoder[decoder] = []
+        group.append(entry)
     for decoder, group in by_decoder.items():
         decoder.decode_heads(group)
 
