@@ -451,6 +451,10 @@ def _column(memo, keys, make, objects=None):
     """memo[key] for each key; make(key, object) formats the ones not seen
     yet, once per distinct key (objects: what each key stands for, when the
     key is only an id)."""
+    try:
+        return list(map(memo.__getitem__, keys))  # all seen before
+    except KeyError:
+        pass
     missing = set(keys).difference(memo)
     if missing:
         if objects is None:
@@ -537,7 +541,9 @@ class _TextWriter:
                 if not _present(run_times[i]):
                     run_time_lines[i] = ""
 
-        copies = list(map(_copyable_rest, entries, map(_RAW_OF, entries)))
+        copies = list(map(_RAW_OF, entries))
+        if copies.count(None) != len(copies):
+            copies = list(map(_copyable_rest, entries, copies))
         if copies.count(None) == len(copies):
             fresh = entries
         else:
@@ -549,6 +555,21 @@ class _TextWriter:
         prov_pieces = self._provenance_pieces(
             list(map(_PROVENANCE_OF, fresh)))
 
+        if fresh is entries and counts \
+                and counts.count(counts[0]) == len(counts):
+            # As many candidates in every entry (one config list): the
+            # pieces interleave with a fixed stride, by slice assignment.
+            width = 3 * counts[0]
+            stride = 5 + width + 4
+            out = ["\n"] * (stride * len(entries))
+            for offset, column in enumerate((heads, sigs, bests,
+                                             run_time_lines)):
+                out[offset::stride] = column
+            for j in range(width):
+                out[5 + j::stride] = cand_pieces[j::width]
+            for j in range(4):
+                out[5 + width + j::stride] = prov_pieces[j::4]
+            return out
         out = []
         extend = out.extend
         at = 0
@@ -576,32 +597,33 @@ class _TextWriter:
         pieces = [" }\n"] * (3 * n)
         pieces[0::3] = _column(self.cand_heads, ids, self._cand_head, configs)
         pieces[1::3] = list(map(repr, times))
-        if 0.0 in times:
-            # No run time (failed candidates): the line stops after the
-            # config.
-            for i in itertools.compress(range(n), map(operator.not_, times)):
-                if not _present(times[i]):
-                    config = configs[i]
-                    text = self.configs.get(ids[i])
-                    if text is None:
-                        text = self.configs[ids[i]] = (
-                            f"  candidates {{ config {{ "
-                            f"{_format_config(config)} }}")
-                    pieces[3 * i] = text
-                    pieces[3 * i + 1] = ""
+        # Failed candidates, details and missing times: patched one by one.
         failures = list(map(_FAILURE_OF, flat))
         details = list(map(_DETAIL_OF, flat))
+        odd = set()
+        if 0.0 in times:
+            odd.update(itertools.compress(range(n), map(operator.not_, times)))
         if failures.count("NONE") != n or details.count("") != n:
-            ends = self.ends
-            for i in itertools.compress(range(n), map(
-                    operator.or_, map(operator.ne, failures,
-                                      itertools.repeat("NONE")),
-                    map(bool, details))):
-                tail = failures[i], details[i]
-                end = ends.get(tail)
-                if end is None:
-                    end = ends[tail] = self._line_end(*tail)
-                pieces[3 * i + 2] = end
+            odd.update(itertools.compress(range(n), map(
+                operator.or_, map(operator.ne, failures,
+                                  itertools.repeat("NONE")),
+                map(bool, details))))
+        ends = self.ends
+        for i in odd:
+            if not _present(times[i]):
+                # No run time: the line stops after the config.
+                text = self.configs.get(ids[i])
+                if text is None:
+                    text = self.configs[ids[i]] = (
+                        f"  candidates {{ config {{ "
+                        f"{_format_config(configs[i])} }}")
+                pieces[3 * i] = text
+                pieces[3 * i + 1] = ""
+            tail = failures[i], details[i]
+            end = ends.get(tail)
+            if end is None:
+                end = ends[tail] = self._line_end(*tail)
+            pieces[3 * i + 2] = end
         return pieces
 
     @staticmethod
