@@ -52,35 +52,26 @@ def read_cache(path, parse_all=False):
         raise ToolError(f"{path}: {e.strerror}")
 
 
-def materialize(entries, path):
+def materialize(entries, path, everything=False):
     """Decodes lazily decoded fields now, so a bad line is reported as bad
     input before anything is written. Entries of canonical text files are
     checked by one pattern match and then copied as they are. Entries of
     binary files were framed by protobuf's parser when loaded; their
-    candidates and provenance are copied as they are, unparsed (verify
-    parses them)."""
+    candidates and provenance are copied as they are, unparsed.
+    everything (verify): decode every field of every entry."""
     try:
         results_io.decode_heads(entries)
         for entry in entries:
+            if everything:
+                entry.candidates  # noqa: B018
+                entry.provenance  # noqa: B018
+                continue
             raw = entry.raw
             if raw is not None and type(raw[0]) is results_io._PbRestDecoder:
                 continue  # best decoded in bulk above; the rest is copied
             entry.best  # noqa: B018
             if raw is None or not results_io.check_text_rest(entry):
                 entry.candidates  # noqa: B018
-    except CacheFileError as e:
-        raise ToolError(str(e))
-    except (ValueError, IndexError) as e:
-        raise ToolError(f"{path}: {e}")
-
-
-def decode_all(entries, path):
-    """Decodes every field of every entry (verify checks all of a file)."""
-    try:
-        for entry in entries:
-            entry.best  # noqa: B018
-            entry.candidates  # noqa: B018
-            entry.provenance  # noqa: B018
     except CacheFileError as e:
         raise ToolError(str(e))
     except (ValueError, IndexError) as e:
@@ -340,7 +331,7 @@ def cmd_verify(args):
     for path in args.paths:
         try:
             entries = read_cache(path, parse_all=True)
-            decode_all(entries, path)
+            materialize(entries, path, everything=True)
         except ToolError as e:
             print(f"error: {e}")
             bad += 1

@@ -64,9 +64,26 @@ def is_text_path(path):
 # --------------------------------------------------------------------------
 # Conversion between records and protobuf messages.
 
-def config_from_pb(msg):
-    return Config.from_params_text(msg.params, msg.num_warps, msg.num_stages,
-                                   msg.num_ctas or 1)
+_CONFIG_FIELDS = operator.attrgetter("params", "num_warps", "num_stages",
+                                     "num_ctas")
+
+
+def _config_from_fields(fields):
+    """A Config from a Config message's (params, num_warps, num_stages,
+    num_ctas)."""
+    params, num_warps, num_stages, num_ctas = fields
+    return Config.from_params_text(params, num_warps, num_stages,
+                                   num_ctas or 1)
+
+
+def _memo_config_pb(msg, memo):
+    """The Config of a Config message, decoded once per distinct message
+    value (a file repeats a few configs many times)."""
+    fields = _CONFIG_FIELDS(msg)
+    config = memo.get(fields)
+    if config is None:
+        config = memo[fields] = _config_from_fields(fields)
+    return config
 
 
 class _PbRestDecoder:
@@ -77,16 +94,11 @@ class _PbRestDecoder:
         self.source = source
 
     def head(self, msg):
-        b = msg.best
-        raw = (b.params, b.num_warps, b.num_stages, b.num_ctas)
-        best = self.memo.get(raw)
-        if best is None:
-            try:
-                best = self.memo[raw] = config_from_pb(b)
-            except ValueError as e:
-                raise CacheFileError(self.source, f"entry for kernel "
-                                     f"{msg.kernel} [{msg.signature}]: {e}")
-        return best, msg.run_time_us
+        try:
+            return _memo_config_pb(msg.best, self.memo), msg.run_time_us
+        except ValueError as e:
+            raise CacheFileError(self.source, f"entry for kernel "
+                                 f"{msg.kernel} [{msg.signature}]: {e}")
 
     def __call__(self, msg):
         if type(msg) is pb.EntryHead:
@@ -112,7 +124,6 @@ class _PbRestDecoder:
                           p.timestamp, p.timing_spread, p.tuner,
                           p.tuning_seconds)
 
-
     def full_entry(self, head):
         """The whole Entry behind an EntryHead (see the schema)."""
         msg = pb.Entry()
@@ -124,17 +135,15 @@ class _PbRestDecoder:
                                  f"provenance do not decode ({e})")
         return msg
 
-
     def decode_heads(self, entries):
         """head() for many entries of this decoder at once, at C speed
         where it can be (tools compare the best configs of whole files)."""
         messages = list(map(_SECOND, map(_RAW_OF, entries)))
         raws = list(map(_CONFIG_FIELDS, map(_BEST_FIELD, messages)))
 
-        def make(raw, _):
+        def make(fields, _):
             try:
-                return Config.from_params_text(raw[0], raw[1], raw[2],
-                                               raw[3] or 1)
+                return _config_from_fields(fields)
             except ValueError as e:
                 raise CacheFileError(self.source, f"best config: {e}")
         configs = _column(self.memo, raws, make)
@@ -146,48 +155,32 @@ class _PbRestDecoder:
 _BEST_FIELD = operator.attrgetter("best")
 _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
-_CONFIG_FIELDS = operator.attrgetter("params", "num_warps", "num_stages",
-                                     "num_ctas")
 _RUN_TIME_FIELD = operator.attrgetter("run_time_us")
 
 
 def decode_heads(entries):
     """Decodes the best config and run time of every lazily loaded binary
     entry in `entries` (others decode theirs on first use)."""
+    # Only entries_from_pb makes entries without a decoded head.
     pending = list(itertools.compress(
         entries, map(operator.not_, map(Entry.has_head, entries))))
-    raws = list(map(_RAW_OF, pending))
-    decoders = set(map(type, map(_FIRST, raws)))
-    if not pending or decoders != {_PbRestDecoder}:
-        # Mixed sources (or none to decode): one entry at a time.
-        pending = [e for e, raw in zip(pending, raws)
-                   if type(raw[0]) is _PbRestDecoder]
-        raws = list(map(_RAW_OF, pending))
+    decoders = list(map(_FIRST, map(_RAW_OF, pending)))
+    if len(set(decoders)) == 1:  # one file: the usual case
+        decoders[0].decode_heads(pending)
+        return
     by_decoder = {}
-    for entry, decoder in zip(pending, map(_FIRST, raws)):
-        group = by_decoder.get(decoder)
-        if group is None:
-            group = by_decoder[decoder] = []
-        group.append(entry)
+    for entry, decoder in zip(pending, decoders):
+        by_decoder.setdefault(decoder, []).append(entry)
     for decoder, group in by_decoder.items():
         decoder.decode_heads(group)
-
-
-def _memo_config_pb(msg, memo):
-    raw = (msg.params, msg.num_warps, msg.num_stages, msg.num_ctas)
-    config = memo.get(raw)
-    if config is None:
-        config = memo[raw] = config_from_pb(msg)
-    return config
 
 
 _KEY_FIELDS = operator.attrgetter("device", "kernel", "fingerprint",
                                   "signature", "key_version")
 
 
-def entries_from_pb(results, source, config_memo=None):
-    memo = {} if config_memo is None else config_memo
-    rest = _PbRestDecoder(memo, source)
+def entries_from_pb(results, source):
+    rest = _PbRestDecoder({}, source)
     messages = list(results.entries)
     # CacheKey is a tuple: built from the field tuples without its
     # Python-level __new__.
@@ -543,7 +536,7 @@ class _TextWriter:
 
         copies = list(map(_RAW_OF, entries))
         if copies.count(None) != len(copies):
-            copies = list(map(_copyable_rest, entries, copies))
+            copies = list(map(_copyable_rest, entries))
         if copies.count(None) == len(copies):
             fresh = entries
         else:
@@ -672,14 +665,10 @@ _PROVENANCE_STRING_ORDER = ("triton_version", "torch_version",
                             "cuda_version", "timestamp", "tuner")
 
 
-def _copyable_rest(entry, raw):
+def _copyable_rest(entry):
     """The candidate and provenance lines of an entry read from canonical
     text, to be copied as they are; None when they must be re-encoded."""
-    if raw is None or type(raw[0]) is not _TextRestDecoder:
-        return None
-    if len(raw) == 3 or raw[0].trusted or check_text_rest(entry):
-        return raw[1]
-    return None
+    return entry.raw[1] if check_text_rest(entry) else None
 
 
 # Entries per chunk of a streamed text file: a few MB, small enough to stay
