@@ -52,18 +52,18 @@ _EXPORTS = {
     "dump_results": "autotune.results_io",
     "load_results": "autotune.results_io",
     "AutotuneCacheMissError": "autotune.runtime",
-    "AutotuneError": "autotune.runtime", "Autotuner": "autotune.runtime",
-    "autotune": "autotune.runtime", "configure": "autotune.runtime",
-    "session": "autotune.runtime", "tune": "autotune.runtime",
+    "AutotuneError": "autotune.runtime", "Autotuner": "autotune.autotuner",
+    "autotune": "autotune.autotuner", "configure": "autotune.runtime",
+    "session": "autotune.runtime", "tune": "autotune.autotuner",
     "Space": "autotune.search.space",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
-_SUBMODULES = ("backends", "cache_key", "cache_storage", "cache_tool",
-               "flags", "kernels", "records", "results_io", "runtime",
-               "search", "tuner")
+_SUBMODULES = ("autotuner", "backends", "cache_key", "cache_storage",
+               "cache_tool", "flags", "kernels", "records", "results_io",
+               "runtime", "search", "tuner")
 
 
 def __getattr__(name):

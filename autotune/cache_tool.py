@@ -301,7 +301,7 @@ def cmd_merge(args):
 
 def tree_kernels(modules):
     """{kernel name: fingerprint} of the tuned kernels in these modules."""
-    from autotune.runtime import Autotuner
+    from autotune.autotuner import Autotuner
     known = {}
     for name in modules:
         try:

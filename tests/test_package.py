@@ -20,7 +20,7 @@ def test_cache_tools_do_not_import_torch_or_triton():
 
 
 def test_runtime_names_resolve_lazily():
-    assert autotune.tune.__module__ == "autotune.runtime"
+    assert autotune.tune.__module__ == "autotune.autotuner"
     assert autotune.Config.__module__ == "autotune.records"
     assert "configure" in dir(autotune)
     assert autotune.results_io.load_results is autotune.load_results
