@@ -48,11 +48,11 @@ _EXPORTS = {
     "CacheKey": "autotune.records", "Candidate": "autotune.records",
     "Config": "autotune.records", "Entry": "autotune.records",
     "Provenance": "autotune.records",
-    "CacheFileError": "autotune.results_io",
-    "dump_results": "autotune.results_io",
-    "load_results": "autotune.results_io",
+    "CacheFileError": "autotune.errors",
+    "dump_results": "autotune.codec",
+    "load_results": "autotune.codec",
     "AutotuneCacheMissError": "autotune.runtime",
-    "AutotuneError": "autotune.runtime", "Autotuner": "autotune.autotuner",
+    "AutotuneError": "autotune.errors", "Autotuner": "autotune.autotuner",
     "autotune": "autotune.autotuner", "configure": "autotune.runtime",
     "session": "autotune.runtime", "tune": "autotune.autotuner",
     "Space": "autotune.search.space",
@@ -62,8 +62,8 @@ __all__ = sorted(_EXPORTS)
 
 
 _SUBMODULES = ("autotuner", "backends", "cache_key", "cache_storage",
-               "cache_tool", "flags", "kernels", "records", "results_io",
-               "runtime", "search", "tuner")
+               "cache_tool", "codec", "errors", "flags", "kernels", "records",
+               "results_io", "runtime", "search", "tuner")
 
 
 def __getattr__(name):

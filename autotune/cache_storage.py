@@ -11,8 +11,8 @@ import sys
 import time
 
 from autotune import cache_key as keys
-from autotune import results_io
-from autotune.results_io import CacheFileError
+from autotune import codec
+from autotune.errors import CacheFileError
 
 MODES = ("update", "read")
 
@@ -52,7 +52,7 @@ class PerFusionDirectory:
                 data = f.read()
         except FileNotFoundError:
             return None
-        entries = results_io.decode(data, path)
+        entries = codec.decode(data, path)
         if len(entries) != 1 or entries[0].key != key:
             raise CacheFileError(path, "holds a different cache key than its "
                                  "file name says")
@@ -83,7 +83,7 @@ class PerFusionDirectory:
         if self.mode == "read":
             return entry
         path = self.file_path(entry.key)
-        data = results_io.encode([entry], path)
+        data = codec.encode([entry], path)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -128,7 +128,7 @@ class PerFusionDirectory:
                 raise CacheFileError(path, "not a per-fusion cache file "
                                      "(foreign file in the cache directory)")
             with open(path, "rb") as f:
-                entries = results_io.decode(f.read(), path)
+                entries = codec.decode(f.read(), path)
             for entry in entries:
                 if keys.file_name(entry.key) != name:
                     raise CacheFileError(path, "file name does not match the "
@@ -160,7 +160,7 @@ class ResultsCache:
     def load_file(self, path):
         """Loads a results file. Two files giving one key different configs
         is an error naming both."""
-        entries = results_io.load_results(path)
+        entries = codec.load_results(path)
         for entry in entries:
             other = self.loaded.get(entry.key)
             if other is not None and not other.same_result(entry):

@@ -23,10 +23,10 @@ import json
 import os
 import sys
 
-from autotune import results_io
+from autotune import codec
 from autotune.cache_storage import PerFusionDirectory
 from autotune.records import KEY_VERSION
-from autotune.results_io import CacheFileError
+from autotune.errors import CacheFileError
 
 POLICIES = ("fail", "prefer-faster", "prefer-newer", "prefer-first")
 
@@ -45,7 +45,7 @@ def read_cache(path, parse_all=False):
     try:
         if os.path.isdir(path):
             return PerFusionDirectory(path, "read").entries()
-        return results_io.load_results(path, parse_all=parse_all)
+        return codec.load_results(path, parse_all=parse_all)
     except CacheFileError as e:
         raise ToolError(str(e))
     except OSError as e:
@@ -60,17 +60,16 @@ def materialize(entries, path, everything=False):
     candidates and provenance are copied as they are, unparsed.
     everything (verify): decode every field of every entry."""
     try:
-        results_io.decode_heads(entries)
+        codec.decode_heads(entries)
         for entry in entries:
             if everything:
                 entry.candidates  # noqa: B018
                 entry.provenance  # noqa: B018
                 continue
-            raw = entry.raw
-            if raw is not None and type(raw[0]) is results_io._PbRestDecoder:
+            if codec.is_message_backed(entry):
                 continue  # best decoded in bulk above; the rest is copied
             entry.best  # noqa: B018
-            if raw is None or not results_io.check_text_rest(entry):
+            if codec.copyable_rest(entry) is None:
                 entry.candidates  # noqa: B018
     except CacheFileError as e:
         raise ToolError(str(e))
@@ -92,10 +91,9 @@ def write_cache(entries, path, inputs=()):
             directory = PerFusionDirectory(path, "update")
             for entry in entries:
                 target = directory.file_path(entry.key)
-                results_io.atomic_write(target, results_io.encode([entry],
-                                                                  target))
+                codec.atomic_write(target, codec.encode([entry], target))
         else:
-            results_io.dump_results(entries, path)
+            codec.dump_results(entries, path)
     except CacheFileError as e:
         raise ToolError(str(e))
 
@@ -350,7 +348,7 @@ def cmd_verify(args):
                 print(f"{path}: {entry.key.kernel} [{entry.key.signature}] "
                       f"on {entry.key.device}: {problem}")
         print(f"{path}: {len(entries)} entries, format version "
-              f"{results_io.FORMAT_VERSION}, no duplicate keys",
+              f"{codec.FORMAT_VERSION}, no duplicate keys",
               file=sys.stderr)
     if bad:
         return 2
@@ -488,7 +486,7 @@ def main(argv=None):
     try:
         # The cyclic collector would rescan every loaded entry again and
         # again; a command makes no cycles worth collecting before it ends.
-        with results_io.no_gc():
+        with codec.no_gc():
             return args.func(args)
     except ToolError as e:
         print(f"autotune_cache: error: {e}", file=sys.stderr)

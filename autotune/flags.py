@@ -46,7 +46,8 @@ def _define(values):
     absl_flags.DEFINE_string(
         "dump_autotune_results_to", None,
         "Write the results used by this run to this file at exit (.txt, "
-        ".textproto, .pbtxt: text format; otherwise binary).",
+        ".textproto, .pbtxt, .txtpb, .prototxt: text format; otherwise "
+        "binary).",
         flag_values=values)
     absl_flags.DEFINE_list(
         "load_autotune_results_from", [],

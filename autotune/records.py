@@ -2,7 +2,7 @@
 
 Entries are plain Python objects rather than protobuf messages: lookups on
 the hot path and the fast text codec never touch the protobuf runtime.
-Conversion to and from the schema lives in results_io.
+Conversion to and from the schema lives in autotune.codec.
 """
 import json
 import re
@@ -170,7 +170,7 @@ EMPTY_PROVENANCE = Provenance()
 class Entry:
     """The result for one fusion on one device.
 
-    `candidates` and `provenance` may be decoded lazily (see results_io):
+    `candidates` and `provenance` may be decoded lazily (see autotune.codec):
     a 100,000-entry file only needs keys and best configs to serve lookups.
     `decode` is then a (decoder, payload) pair, not a closure, to keep the
     number of objects the garbage collector tracks low.
@@ -205,7 +205,7 @@ class Entry:
         return self._best is not None
 
     def set_head(self, best, run_time_us):
-        """Fills in a lazily decoded best config (results_io decodes many
+        """Fills in a lazily decoded best config (the codec decodes many
         at once)."""
         if self._best is None:
             self._best, self._run_time_us = best, run_time_us

@@ -13,15 +13,11 @@ import os
 import sys
 import threading
 
-from autotune import backends, flags, results_io
+from autotune import backends, codec, flags
 from autotune.cache_storage import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.search import reuse
-from autotune.results_io import CacheFileError
-
-
-class AutotuneError(Exception):
-    """A configuration or cache problem that stops the run."""
+from autotune.errors import AutotuneError, CacheFileError
 
 
 class AutotuneCacheMissError(AutotuneError):
@@ -213,7 +209,7 @@ class Session:
             dump = self.options.dump_autotune_results_to
             if dump:
                 entries = self.dump_entries()
-                results_io.dump_results(entries, dump)
+                codec.dump_results(entries, dump)
                 print(f"autotune: dumped {len(entries)} entries to {dump}",
                       file=sys.stderr)
             print(self.summary_line(), file=sys.stderr)
@@ -223,7 +219,7 @@ class Session:
                     os.environ["TEST_UNDECLARED_OUTPUTS_DIR"],
                     "autotune_report.json")
             if report_path:
-                results_io.atomic_write(report_path, json.dumps(
+                codec.atomic_write(report_path, json.dumps(
                     self.report(), indent=2, sort_keys=True).encode() + b"\n")
 
 

@@ -4,11 +4,12 @@ import random
 import pytest
 from google.protobuf import text_format
 
-from autotune import results_io
+from autotune import codec
+from autotune.codec import text as text_codec
 from autotune.proto import autotune_results_pb2 as pb
 from autotune.records import (CacheKey, Candidate, Config, Entry, Provenance,
                               best_of)
-from autotune.results_io import CacheFileError
+from autotune.errors import CacheFileError
 
 CONFIGS = [Config({"BLOCK_M": m, "BLOCK_N": n, "EVEN_K": m == n}, num_warps=w,
                   num_stages=s)
@@ -33,15 +34,18 @@ def make_entries(n, seed=0, device="NVIDIA H200/sm_90/sms=132/triton-3.9.0"):
     return out
 
 
-@pytest.mark.parametrize("ext", [".textproto", ".txt", ".pbtxt", ".pb", ".bin"])
+TEXT = (".textproto", ".txt", ".pbtxt", ".txtpb", ".prototxt")
+
+
+@pytest.mark.parametrize("ext", TEXT + (".pb", ".bin"))
 def test_round_trip(tmp_path, ext):
     entries = make_entries(50)
     path = tmp_path / ("cache" + ext)
-    results_io.dump_results(entries, path)
-    loaded = results_io.load_results(path)
-    assert loaded == results_io.sort_entries(entries)
-    assert results_io.is_text_path(path) == (ext in (".textproto", ".txt",
-                                                     ".pbtxt"))
+    codec.dump_results(entries, path)
+    loaded = codec.load_results(path)
+    assert loaded == codec.sort_entries(entries)
+    assert codec.is_text_path(path) == (ext in TEXT)
+    assert path.read_bytes().startswith(b"# proto-file: ") == (ext in TEXT)
 
 
 def test_text_writer_output_parses_to_the_binary_message(tmp_path):
@@ -49,10 +53,10 @@ def test_text_writer_output_parses_to_the_binary_message(tmp_path):
     entries[3] = entries[3].replace(best=Config(
         {"ACT": 'leaky "relu"', "SCALE": 0.5, "FLAG": False, "NEG": -3},
         num_ctas=2))
-    text = results_io.encode(entries, "a.textproto").decode()
+    text = codec.encode(entries, "a.textproto").decode()
     parsed = pb.AutotuneResults()
     text_format.Parse(text, parsed)
-    binary = results_io.encode(entries, "a.pb")
+    binary = codec.encode(entries, "a.pb")
     assert parsed.SerializeToString(deterministic=True) == binary
     from_binary = pb.AutotuneResults.FromString(binary)
     assert from_binary == parsed
@@ -64,52 +68,52 @@ def test_dump_is_byte_identical_for_the_same_results(tmp_path):
     random.Random(1).shuffle(shuffled)
     for ext in (".textproto", ".pb"):
         a, b = tmp_path / ("a" + ext), tmp_path / ("b" + ext)
-        results_io.dump_results(entries, a)
-        results_io.dump_results(shuffled, b)
+        codec.dump_results(entries, a)
+        codec.dump_results(shuffled, b)
         assert a.read_bytes() == b.read_bytes()
 
 
 def test_hand_edited_and_reordered_text_loads(tmp_path):
     entries = make_entries(20)
     msg = pb.AutotuneResults()
-    msg.ParseFromString(results_io.encode(entries, "x.pb"))
+    msg.ParseFromString(codec.encode(entries, "x.pb"))
     msg.entries.reverse()
     # text_format's own layout: multi-line submessages, other field order.
     text = "# edited by hand\n" + text_format.MessageToString(msg)
     text = text.replace("version: 1", "version:   1  # still version one")
     path = tmp_path / "edited.textproto"
     path.write_text(text)
-    loaded = results_io.load_results(path)
-    assert results_io.sort_entries(loaded) == results_io.sort_entries(entries)
+    loaded = codec.load_results(path)
+    assert codec.sort_entries(loaded) == codec.sort_entries(entries)
     # A fast-path file with one entry made non-canonical still loads right.
-    canon = results_io.encode(entries, "x.txt").decode()
+    canon = codec.encode(entries, "x.txt").decode()
     odd = canon.replace("  run_time_us: ", "  run_time_us:", 1)
     path.write_text(odd)
-    assert results_io.sort_entries(results_io.load_results(path)) == \
-        results_io.sort_entries(entries)
+    assert codec.sort_entries(codec.load_results(path)) == \
+        codec.sort_entries(entries)
 
 
 @pytest.mark.parametrize("ext", [".textproto", ".pb"])
 def test_truncated_file_is_an_error_naming_the_file(tmp_path, ext):
     path = tmp_path / ("cache" + ext)
-    results_io.dump_results(make_entries(10), path)
+    codec.dump_results(make_entries(10), path)
     data = path.read_bytes()
     for cut in (len(data) // 3, len(data) - 3, data.rfind(b"entry_count")):
         path.write_bytes(data[:cut])
         with pytest.raises(CacheFileError) as err:
-            results_io.load_results(path)
+            codec.load_results(path)
         assert str(path) in str(err.value)
 
 
 def test_binary_cut_at_entry_boundary_is_detected(tmp_path):
     path = tmp_path / "cache.pb"
-    data = results_io.encode(make_entries(3), "x.pb")
+    data = codec.encode(make_entries(3), "x.pb")
     msg = pb.AutotuneResults.FromString(data)
     del msg.entries[-1]
     msg.ClearField("entry_count")  # as if the tail was lost
     path.write_bytes(msg.SerializeToString())
     with pytest.raises(CacheFileError, match="truncated"):
-        results_io.load_results(path)
+        codec.load_results(path)
 
 
 @pytest.mark.parametrize("name,data,reason", [
@@ -123,83 +127,84 @@ def test_bad_files(tmp_path, name, data, reason):
     path = tmp_path / name
     path.write_bytes(data)
     with pytest.raises(CacheFileError, match=reason) as err:
-        results_io.load_results(path)
+        codec.load_results(path)
     assert str(path) in str(err.value)
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(CacheFileError, match="no such file"):
-        results_io.load_results(tmp_path / "nope.textproto")
+        codec.load_results(tmp_path / "nope.textproto")
 
 
 def test_duplicate_keys_in_one_file(tmp_path):
     entries = make_entries(2)
     dup = entries[0].replace(best=CONFIGS[-1])
-    text = results_io.encode(entries, "a.txt").decode()
-    extra = results_io.encode([dup], "a.txt").decode()
+    text = codec.encode(entries, "a.txt").decode()
+    extra = codec.encode([dup], "a.txt").decode()
     body = extra.split("version: 1\n", 1)[1].split("entry_count")[0]
     text = text.replace("entry_count: 2", body + "entry_count: 3")
     path = tmp_path / "dup.textproto"
     path.write_text(text)
     with pytest.raises(CacheFileError, match="duplicate key with different"):
-        results_io.load_results(path)
+        codec.load_results(path)
 
 
 def test_dump_into_missing_directory_is_an_error(tmp_path):
     with pytest.raises(CacheFileError, match="does not exist"):
-        results_io.dump_results(make_entries(1), tmp_path / "no" / "c.pb")
+        codec.dump_results(make_entries(1), tmp_path / "no" / "c.pb")
 
 
 def test_failed_dump_leaves_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "cache.textproto"
-    results_io.dump_results(make_entries(5), path)
+    codec.dump_results(make_entries(5), path)
     before = path.read_bytes()
 
     def broken_fsync(fd):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(os, "fsync", broken_fsync)
-    with pytest.raises(OSError):
-        results_io.dump_results(make_entries(9), path)
+    with pytest.raises(CacheFileError, match=r"cache\.textproto: cannot "
+                       "write: No space left on device"):
+        codec.dump_results(make_entries(9), path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["cache.textproto"]
 
 
 def test_lazy_fields_of_fast_path_match_slow_path(tmp_path):
     entries = make_entries(25, seed=3)
-    text = results_io.encode(entries, "a.txt").decode()
-    fast = results_io.decode_text(text, "a.txt")
-    slow = results_io.decode_text_slow(text, "a.txt")
+    text = codec.encode(entries, "a.txt").decode()
+    fast = codec.decode_text(text, "a.txt")
+    slow = codec.decode_text_slow(text, "a.txt")
     assert fast == slow
 
 
 def test_crc_line_marks_unedited_text_as_trusted():
     entries = make_entries(5)
-    data = results_io.encode(entries, "c.textproto")
+    data = codec.encode(entries, "c.textproto")
     assert data.splitlines()[-1].startswith(b"# crc32: ")
-    loaded = results_io.decode(data, "c.textproto")
-    assert all(results_io.check_text_rest(e) for e in loaded)
+    loaded = codec.decode(data, "c.textproto")
+    assert all(codec.copyable_rest(e) is not None for e in loaded)
     assert loaded[0].raw[0].trusted
     # One edited line: the crc no longer matches, lines are checked one by
     # one, and a malformed one is caught.
     at = data.index(b"run_time_us: ", data.index(b"  candidates {"))
     edited = data[:at] + b"run_time_us: 1_0 " + data[at + 13:]
-    loaded = results_io.decode(edited, "c.textproto")
+    loaded = codec.decode(edited, "c.textproto")
     assert not loaded[0].raw[0].trusted
-    assert not all(results_io.check_text_rest(e) for e in loaded)
+    assert not all(codec.copyable_rest(e) is not None for e in loaded)
     # Without the crc line (another writer, or an edit), every line is
     # accounted for: one that is neither a key, a candidate nor a
     # provenance sends the file to text_format, which names it.
     rogue = data.replace(b"  provenance {", b"  bogus: 1\n  provenance {", 1)
     rogue = rogue[:rogue.rindex(b"# crc32: ")]
     with pytest.raises(CacheFileError, match=r"^c\.textproto: .*bogus"):
-        results_io.decode(rogue, "c.textproto")
+        codec.decode(rogue, "c.textproto")
 
 
 def test_text_writer_edge_values_match_the_binary_writer(monkeypatch):
     """Values the column writer treats apart: missing or partial provenance,
     zero and negative-zero numbers, failed candidates with and without a
     time, key version 0, quoted signatures; over several chunks."""
-    monkeypatch.setattr(results_io, "_TEXT_CHUNK", 3)
+    monkeypatch.setattr(text_codec, "TEXT_CHUNK", 3)
     plain = Config({"B": 16}, num_warps=2, num_stages=1)
     odd = Config({"ACT": 'say "hi"', "F": 0.25}, num_ctas=2)
     provenances = [Provenance(), Provenance(timing_spread=0.5),
@@ -219,40 +224,40 @@ def test_text_writer_edge_values_match_the_binary_writer(monkeypatch):
                      key_version=i % 2),
             plain if i % 2 else odd, [1.25, 0.0, -0.0][i % 3],
             candidate_sets[i % 5], provenances[i % 4 + (i % 7 == 0)]))
-    text = results_io.encode(entries, "a.textproto").decode()
+    text = codec.encode(entries, "a.textproto").decode()
     parsed = pb.AutotuneResults()
     text_format.Parse(text, parsed)
     assert parsed.SerializeToString(deterministic=True) == \
-        results_io.encode(entries, "a.pb")
+        codec.encode(entries, "a.pb")
     assert "provenance { }" not in text
-    assert results_io.decode(text.encode(), "a.textproto") == \
-        results_io.sort_entries(entries)
+    assert codec.decode(text.encode(), "a.textproto") == \
+        codec.sort_entries(entries)
 
 
 @pytest.mark.parametrize("parse_all", [False, True])
 def test_binary_entries_are_copied_byte_for_byte(parse_all):
-    data = results_io.encode(make_entries(30), "c.pb")
-    loaded = results_io.decode(data, "c.pb", parse_all=parse_all)
-    assert results_io.encode(loaded, "c.pb") == data
+    data = codec.encode(make_entries(30), "c.pb")
+    loaded = codec.decode(data, "c.pb", parse_all=parse_all)
+    assert codec.encode(loaded, "c.pb") == data
     # Decoding the lazy fields gives the entries that were written.
-    assert loaded == results_io.sort_entries(make_entries(30))
+    assert loaded == codec.sort_entries(make_entries(30))
 
 
 def test_corrupt_candidate_bytes_are_reported_when_read():
     entries = make_entries(3)
-    data = results_io.encode(entries, "c.pb")
+    data = codec.encode(entries, "c.pb")
     # Proto3 strings must be UTF-8: break one inside a candidate's detail.
     at = data.index(b"shared memory")
     bad = data[:at] + b"\xff" + data[at + 1:]
     with pytest.raises(CacheFileError, match=r"^c\.pb: .*decode"):
-        results_io.decode(bad, "c.pb", parse_all=True)
+        codec.decode(bad, "c.pb", parse_all=True)
     # A load that parses only what lookups need (the runtime's, the tools'
     # but verify's) reports the bad candidate, naming the file, when
     # something reads it.
-    loaded = results_io.decode(bad, "c.pb")
-    results_io.decode_heads(loaded)
+    loaded = codec.decode(bad, "c.pb")
+    codec.decode_heads(loaded)
     assert [e.best for e in loaded] == [e.best for e in
-                                        results_io.sort_entries(entries)]
+                                        codec.sort_entries(entries)]
     with pytest.raises(CacheFileError, match=r"^c\.pb: entry for kernel "
                        r"matmul .*do not decode"):
         [e.candidates for e in loaded]
@@ -261,7 +266,7 @@ def test_corrupt_candidate_bytes_are_reported_when_read():
 def _decode_fully(data, path, parse_all=False):
     """Entries with every lazy field decoded, or the CacheFileError."""
     try:
-        entries = results_io.decode(data, path, parse_all=parse_all)
+        entries = codec.decode(data, path, parse_all=parse_all)
         for entry in entries:
             entry.candidates  # noqa: B018
         return entries
@@ -281,7 +286,7 @@ def test_fast_text_reader_agrees_with_text_format_on_edited_files(keep_crc,
     if layout != "standard":
         # One entry without its run_time_us line: read block by block.
         entries[2] = entries[2].replace(run_time_us=0.0)
-    data = results_io.encode(entries, "e.textproto")
+    data = codec.encode(entries, "e.textproto")
     if not keep_crc:
         data = data[:data.rindex(b"# crc32: ")]
     lines = data.decode().split("\n")[:-1]
@@ -307,26 +312,26 @@ def test_fast_text_reader_agrees_with_text_format_on_edited_files(keep_crc,
         text = "\n".join(edited) + "\n"
         fast = _decode_fully(text.encode(), "e.textproto")
         try:
-            slow = results_io.decode_text_slow(text, "e.textproto")
-            results_io._check_duplicates(slow, "e.textproto")
+            slow = codec.decode_text_slow(text, "e.textproto")
+            codec.check_duplicates(slow, "e.textproto")
         except CacheFileError:
             assert isinstance(fast, CacheFileError), text
             assert str(fast).startswith("e.textproto: ")
             continue
         assert fast == slow, text
         # Written back, the lines read (and maybe copied) are canonical.
-        canonical = results_io.encode(slow, "out.textproto")
-        assert results_io.encode(fast, "out.textproto") == canonical
-        lazy = results_io.decode(text.encode(), "e.textproto")
+        canonical = codec.encode(slow, "out.textproto")
+        assert codec.encode(fast, "out.textproto") == canonical
+        lazy = codec.decode(text.encode(), "e.textproto")
         # The provenance read on its own (show, stats) is the same too.
         assert [e.provenance for e in lazy] == [e.provenance for e in slow]
-        assert results_io.encode(lazy, "out.textproto") == canonical
+        assert codec.encode(lazy, "out.textproto") == canonical
 
 
 def test_lazy_binary_reader_agrees_with_a_full_parse_on_damaged_files():
     """Bytes flipped or cut: the heads-only load plus decoding on first use
     gives what a full parse gives, or an error naming the file."""
-    data = results_io.encode(make_entries(5, seed=2), "d.pb")
+    data = codec.encode(make_entries(5, seed=2), "d.pb")
     rng = random.Random(int(os.environ.get("SEED", 3)))
     for _ in range(int(os.environ.get("MUTATIONS", 400))):
         damaged = bytearray(data)
@@ -337,7 +342,7 @@ def test_lazy_binary_reader_agrees_with_a_full_parse_on_damaged_files():
                 damaged[rng.randrange(len(damaged))] = rng.randrange(256)
         damaged = bytes(damaged)
         try:
-            provenances = [e.provenance for e in results_io.decode(damaged,
+            provenances = [e.provenance for e in codec.decode(damaged,
                                                                    "d.pb")]
         except CacheFileError:
             provenances = None
@@ -355,7 +360,7 @@ def test_lazy_binary_reader_agrees_with_a_full_parse_on_damaged_files():
 def _reference_message(entries):
     """AutotuneResults built field by field and serialized by protobuf:
     what the binary writer must match byte for byte."""
-    results = pb.AutotuneResults(version=results_io.FORMAT_VERSION,
+    results = pb.AutotuneResults(version=codec.FORMAT_VERSION,
                                  entry_count=len(entries))
     for entry in entries:
         msg = results.entries.add(
@@ -393,15 +398,15 @@ def test_binary_writer_matches_protobuf_serialization():
              Candidate(plain, 3.0, "NONE", "slow warm-up")],
             Provenance(timing_spread=value, tuning_seconds=-value,
                        tuner="ga" if i % 2 else "")))
-    entries = results_io.sort_entries(entries)
-    assert results_io.encode(entries, "x.pb") == _reference_message(entries)
+    entries = codec.sort_entries(entries)
+    assert codec.encode(entries, "x.pb") == _reference_message(entries)
 
 
 def test_provenance_alone_leaves_candidates_undecoded():
     entries = make_entries(4)
     for path in ("p.textproto", "p.pb"):
-        loaded = results_io.decode(results_io.encode(entries, path), path)
+        loaded = codec.decode(codec.encode(entries, path), path)
         assert [e.provenance for e in loaded] == \
-            [e.provenance for e in results_io.sort_entries(entries)]
+            [e.provenance for e in codec.sort_entries(entries)]
         assert all(e._candidates is None for e in loaded)
-        assert loaded == results_io.sort_entries(entries)
+        assert loaded == codec.sort_entries(entries)

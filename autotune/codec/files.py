@@ -1,0 +1,190 @@
+"""Results files on disk: the format by extension, the crc32 line of text
+files, duplicate keys, and one atomic writer for every cache file."""
+import contextlib
+import gc
+import os
+import secrets
+import zlib
+
+from autotune.codec import binary, text
+from autotune.codec.columns import KEY_OF
+from autotune.errors import CacheFileError
+
+
+@contextlib.contextmanager
+def no_gc():
+    """Bulk decoding creates millions of small acyclic objects; the cyclic
+    collector would rescan the growing heap again and again (measured: half
+    of the load time of a 100,000-entry file)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def sort_entries(entries):
+    return sorted(entries, key=KEY_OF)
+
+
+CRC_PREFIX = b"# crc32: "
+
+
+def encode_chunks(entries, path):
+    """The bytes of a results file for `entries`, in chunks: text or
+    binary by the extension of `path`. Runs with the cyclic collector
+    paused (see no_gc)."""
+    with no_gc():
+        entries = sort_entries(entries)
+        if not text.is_text_path(path):
+            yield from binary.encode_binary_chunks(entries)
+            return
+        crc = 0
+        for chunk in text.encode_text_chunks(entries):
+            crc = zlib.crc32(chunk, crc)
+            yield chunk
+        # A comment to parsers; to our readers, proof that no line was
+        # edited since the writer produced it.
+        yield CRC_PREFIX + b"%08x\n" % crc
+
+
+def encode(entries, path):
+    return b"".join(encode_chunks(entries, path))
+
+
+def crc_matches(data):
+    """Whether text `data` ends with a crc32 line matching the rest."""
+    end = data.rfind(b"\n", 0, len(data) - 1) + 1
+    line = data[end:]
+    if not line.startswith(CRC_PREFIX) or len(line) != len(CRC_PREFIX) + 9:
+        return False
+    try:
+        return int(line[len(CRC_PREFIX):-1], 16) == zlib.crc32(
+            memoryview(data)[:end])
+    except ValueError:
+        return False
+
+
+def decode(data, path, parse_all=False):
+    """Entries of a results file's bytes. parse_all: parse all of a binary
+    file now instead of leaving candidates and provenance for their first
+    use."""
+    with no_gc():
+        if text.is_text_path(path):
+            try:
+                decoded = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise CacheFileError(
+                    path, f"not UTF-8 text ({e}); binary files must not use "
+                    f"a text extension ({', '.join(text.TEXT_EXTENSIONS)})")
+            # A matching crc32 line (a few ms to check) shows that no line
+            # was edited since the writer produced the file.
+            entries = text.decode_text(decoded, path,
+                                       trusted=crc_matches(data))
+        else:
+            entries = binary.decode_binary(data, path, parse_all)
+        check_duplicates(entries, path)
+        return entries
+
+
+def check_duplicates(entries, path):
+    keys = list(map(KEY_OF, entries))
+    if len(set(keys)) == len(keys):
+        return
+    seen = {}
+    for entry in entries:
+        other = seen.get(entry.key)
+        if other is not None:
+            verdict = ("different configs" if not other.same_result(entry)
+                       else "the same config")
+            raise CacheFileError(
+                path, f"duplicate key with {verdict}: {entry.key.describe()}")
+        seen[entry.key] = entry
+
+
+def read_bytes(path):
+    """The bytes of a cache file; CacheFileError naming it if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise CacheFileError(path, "no such file") from None
+    except IsADirectoryError:
+        raise CacheFileError(path, "is a directory, not a cache file") \
+            from None
+    except OSError as e:
+        raise CacheFileError(path, f"cannot read: {e.strerror}") from None
+
+
+def load_results(path, parse_all=False):
+    """Reads a results file; raises CacheFileError naming it on any problem.
+    parse_all: see decode()."""
+    return decode(read_bytes(path), path, parse_all)
+
+
+def _write_chunks(f, data):
+    if isinstance(data, bytes):
+        f.write(data)
+        return
+    with contextlib.closing(iter(data)) as chunks:
+        for chunk in chunks:
+            f.write(chunk)
+
+
+def write_temp(path, data):
+    """Writes `data` (bytes, or an iterable of bytes chunks written as they
+    come) to a new temporary file next to `path`, synced to disk, and
+    returns its name. The file is created with the user's umask, as any
+    file a program creates; on any failure nothing is left behind and an
+    OSError (or the encoder's exception) propagates."""
+    directory, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(directory,
+                       f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            _write_chunks(f, data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def atomic_write(path, data):
+    """Writes via a temporary file in the same directory and a rename: a
+    reader, or a crash, sees the old file or the new one, never a mix.
+    data: bytes, or an iterable of bytes chunks (written as they come).
+
+    A symlink at `path` is written through: its target is replaced and the
+    link stays. Failures raise CacheFileError naming `path`, and leave the
+    old file as it was.
+    """
+    path = os.fspath(path)
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    directory = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(directory):
+        raise CacheFileError(path, f"directory {directory} does not exist")
+    if os.path.isdir(target):
+        raise CacheFileError(path, "is a directory")
+    try:
+        tmp = write_temp(target, data)
+    except OSError as e:
+        raise CacheFileError(path, f"cannot write: {e.strerror or e}") \
+            from None
+    try:
+        os.replace(tmp, target)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise CacheFileError(path, f"cannot write: {e.strerror or e}") \
+            from None
+
+
+def dump_results(entries, path):
+    atomic_write(path, encode_chunks(list(entries), path))

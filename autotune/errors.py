@@ -1,0 +1,19 @@
+"""The errors rules_autotune raises for users.
+
+Everything a user can get wrong (flags, cache files, cache directories)
+raises an AutotuneError, so one `except autotune.AutotuneError` catches
+them all; CacheFileError adds the path of the file at fault.
+"""
+
+
+class AutotuneError(Exception):
+    """A configuration or cache problem that stops the run."""
+
+
+class CacheFileError(AutotuneError):
+    """A cache file that cannot be used; the message names the file."""
+
+    def __init__(self, path, reason):
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
