@@ -1,7 +1,7 @@
 """Cache storage: results loaded from files, and the per-fusion directory.
 
 Lookup order: memory (this run) -> loaded results files -> per-fusion
-directory. The storage knows nothing about kernels or tuning; it maps cache
+directory -> remote cache (autotune/remote_cache.py). The storage knows nothing about kernels or tuning; it maps cache
 keys to entries and says where each came from.
 """
 import collections
@@ -147,15 +147,17 @@ class LoadedFile:
 
 
 class ResultsCache:
-    """Memory + loaded results files + optional per-fusion directory."""
+    """Memory + loaded results files + optional per-fusion directory +
+    optional remote cache."""
 
-    def __init__(self, device_key, per_fusion_dir=None):
+    def __init__(self, device_key, per_fusion_dir=None, remote=None):
         self.device_key = device_key
         self.memory = {}
         self.loaded = {}
         self.sources = {}
         self.files = []
         self.per_fusion_dir = per_fusion_dir
+        self.remote = remote
 
     def load_file(self, path):
         """Loads a results file. Two files giving one key different configs
@@ -179,7 +181,7 @@ class ResultsCache:
 
     def lookup(self, key):
         """Returns (entry, source) or (None, None). source: "memory",
-        a results file path, or "per-fusion-dir"."""
+        a results file path, "per-fusion-dir" or "remote"."""
         entry = self.memory.get(key)
         if entry is not None:
             return entry, "memory"
@@ -190,6 +192,12 @@ class ResultsCache:
             entry = self.per_fusion_dir.lookup(key)
             if entry is not None:
                 return entry, "per-fusion-dir"
+        if self.remote is not None:
+            entry = self.remote.lookup(key)
+            if entry is not None:
+                if self.per_fusion_dir is not None:  # read mode: no write
+                    entry = self.per_fusion_dir.store(entry)
+                return entry, "remote"
         return None, None
 
     def remember(self, entry):
@@ -198,6 +206,8 @@ class ResultsCache:
     def store(self, entry):
         """Records a freshly tuned entry; returns the entry to use (another
         process may have stored the same fusion first)."""
+        if self.remote is not None:  # the fleet's first writer wins
+            entry = self.remote.publish(entry)
         if self.per_fusion_dir is not None:
             entry = self.per_fusion_dir.store(entry)
         self.memory[entry.key] = entry

@@ -32,6 +32,15 @@ class Options:
     autotune_expected_gpu: str = None
     autotune_report_to: str = None
     autotune_fail_if_sharded: bool = False
+    # Remote cache (autotune/remote_cache.py). No password flag: flags are
+    # printed in test logs; the password comes from the environment or a file.
+    autotune_remote_cache: str = None
+    autotune_remote_cache_mode: str = "update"
+    autotune_remote_cache_prefix: str = "autotune"
+    autotune_remote_cache_expiry_s: int = 0
+    autotune_remote_cache_timeout_s: float = 1.0
+    autotune_remote_cache_password_file: str = None
+    autotune_remote_cache_ca_file: str = None
 
 
 def _define(values):
@@ -78,6 +87,40 @@ def _define(values):
         "autotune_fail_if_sharded", False,
         "Fail when run as one shard of several (dump targets set this: a "
         "dump must see every fusion).", flag_values=values)
+    _define_remote(values)
+
+
+def _define_remote(values):
+    absl_flags.DEFINE_string(
+        "autotune_remote_cache", None,
+        "redis://HOST:PORT/DB (rediss:// for TLS): a shared cache looked up "
+        "after the per-fusion directory. The password comes from "
+        "AUTOTUNE_REMOTE_CACHE_PASSWORD or a file, never from a flag.",
+        flag_values=values)
+    absl_flags.DEFINE_enum(
+        "autotune_remote_cache_mode", "update", ["update", "read"],
+        "update: publish tuned fusions (first writer wins); read: never "
+        "write to the remote.", flag_values=values)
+    absl_flags.DEFINE_string(
+        "autotune_remote_cache_prefix", "autotune",
+        "Namespace of the remote keys: PREFIX:vKEY_VERSION:...",
+        flag_values=values)
+    absl_flags.DEFINE_integer(
+        "autotune_remote_cache_expiry_s", 0,
+        "Expire published entries after this many seconds (0: never).",
+        lower_bound=0, flag_values=values)
+    absl_flags.DEFINE_float(
+        "autotune_remote_cache_timeout_s", 1.0,
+        "Connect and read timeout of each remote operation.",
+        lower_bound=0.001, flag_values=values)
+    absl_flags.DEFINE_string(
+        "autotune_remote_cache_password_file", None,
+        "File holding the remote cache password (instead of "
+        "AUTOTUNE_REMOTE_CACHE_PASSWORD).", flag_values=values)
+    absl_flags.DEFINE_string(
+        "autotune_remote_cache_ca_file", None,
+        "CA certificates to verify a rediss:// server with (default: the "
+        "system's).", flag_values=values)
 
 
 def flag_names():
@@ -140,6 +183,10 @@ def resolve_options(options, env=None):
         options.dump_autotune_results_to, env, "dump_autotune_results_to")
     options.autotune_report_to = resolve_path(
         options.autotune_report_to, env, "autotune_report_to")
+    for name in ("autotune_remote_cache_password_file",
+                 "autotune_remote_cache_ca_file"):
+        setattr(options, name, resolve_path(getattr(options, name), env,
+                                            name))
     options.load_autotune_results_from = [
         resolve_path(p, env, "load_autotune_results_from")
         for p in options.load_autotune_results_from or []]

@@ -23,9 +23,11 @@ from autotune.errors import AutotuneError, CacheFileError
 class AutotuneCacheMissError(AutotuneError):
     """Raised in require-complete mode; lists every miss seen so far."""
 
-    def __init__(self, misses):
+    def __init__(self, misses, notes=None):
         self.misses = list(misses)
+        notes = notes or {}
         lines = "\n".join(f"  - {k.kernel} [{k.signature}] on {k.device}"
+                          + (f": {notes[k]}" if k in notes else "")
                           for k in self.misses)
         super().__init__(
             f"require_complete_autotune_results: {len(self.misses)} "
@@ -36,6 +38,7 @@ class AutotuneCacheMissError(AutotuneError):
 class Stats:
     def __init__(self):
         self.hits = 0
+        self.remote_hits = 0
         self.misses = 0
         self.tuned = 0
         self.nearest = 0
@@ -45,7 +48,8 @@ class Stats:
         self.fusions = {}  # CacheKey -> {"status":, "source":}
 
     def as_dict(self):
-        return {"hits": self.hits, "misses": self.misses,
+        return {"hits": self.hits, "remote_hits": self.remote_hits,
+                "misses": self.misses,
                 "tuned": self.tuned, "nearest": self.nearest,
                 "candidate_benchmarks": self.candidate_benchmarks,
                 "tuning_seconds": round(self.tuning_seconds, 3),
@@ -67,6 +71,7 @@ class Session:
         self.lock = threading.RLock()
         self.stats = Stats()
         self.miss_keys = []
+        self.miss_notes = {}  # key -> why a tier could not answer
         self.finished = False
         self.load_reports = []
         self._check_sharding()
@@ -79,7 +84,14 @@ class Session:
             per_fusion = PerFusionDirectory(
                 self.options.per_fusion_autotune_cache_dir,
                 self.options.autotune_cache_mode)
-        self.cache = ResultsCache(self.device_key, per_fusion)
+        remote = None
+        if self.options.autotune_remote_cache:
+            from autotune import remote_cache  # imports redis: only if set
+            try:
+                remote = remote_cache.RemoteCache.from_options(self.options)
+            except remote_cache.RemoteCacheError as e:
+                raise AutotuneError(f"--autotune_remote_cache: {e}") from None
+        self.cache = ResultsCache(self.device_key, per_fusion, remote)
         for path in self.options.load_autotune_results_from:
             self._load(path)
         dump = self.options.dump_autotune_results_to
@@ -133,7 +145,14 @@ class Session:
         with self.lock:
             entry, source = self.cache.lookup(key)
             if entry is not None:
-                if source != "memory":
+                if source == "remote":
+                    self.stats.remote_hits += 1
+                    self.stats.saved_seconds += _saved_by(entry)
+                    self.stats.fusions[key] = {
+                        "status": "remote_hit",
+                        "source": self.cache.remote.display}
+                    self.cache.remember(entry)
+                elif source != "memory":
                     self.stats.hits += 1
                     self.stats.saved_seconds += _saved_by(entry)
                     self.stats.fusions[key] = {"status": "hit",
@@ -142,9 +161,12 @@ class Session:
                 return entry
             self.stats.misses += 1
             self.miss_keys.append(key)
+            remote = self.cache.remote
+            if remote is not None and remote.last_lookup_failed:
+                self.miss_notes[key] = remote.unreachable_note()
             if self.options.require_complete_autotune_results:
                 self.stats.fusions[key] = {"status": "missed", "source": None}
-                raise AutotuneCacheMissError(self.miss_keys)
+                raise AutotuneCacheMissError(self.miss_keys, self.miss_notes)
             policy = self.options.autotune_miss_policy
             # The default policy needs no neighbours: no scan of the cache.
             neighbours = neighbours_fn() if neighbours_fn and \
@@ -181,7 +203,10 @@ class Session:
     def summary_line(self):
         s = self.stats
         line = (f"autotune: {len(s.fusions)} fusions on {self.device_key}: "
-                f"{s.hits} hit, {s.tuned} tuned, {s.misses} missed"
+                f"{s.hits} hit, "
+                + (f"{s.remote_hits} remote hit, " if self.cache.remote
+                   else "")
+                + f"{s.tuned} tuned, {s.misses} missed"
                 + (f" ({s.nearest} served by nearest shape)" if s.nearest
                    else "")
                 + f"; {s.candidate_benchmarks} candidate benchmarks, "
@@ -193,10 +218,15 @@ class Session:
         fusions = [
             {"kernel": k.kernel, "signature": k.signature, "device": k.device,
              **v} for k, v in sorted(self.stats.fusions.items())]
+        remote = self.cache.remote
         return {"device": self.device_key, **self.stats.as_dict(),
                 "loaded": self.load_reports,
+                "remote": remote.report() if remote else None,
                 "missing": [{"kernel": k.kernel, "signature": k.signature,
-                             "device": k.device} for k in self.miss_keys],
+                             "device": k.device,
+                             **({"note": self.miss_notes[k]}
+                                if k in self.miss_notes else {})}
+                            for k in self.miss_keys],
                 "fusions": fusions}
 
     def finish(self):
@@ -213,6 +243,9 @@ class Session:
                 print(f"autotune: dumped {len(entries)} entries to {dump}",
                       file=sys.stderr)
             print(self.summary_line(), file=sys.stderr)
+            if self.cache.remote is not None:
+                print(self.cache.remote.summary_line(), file=sys.stderr)
+                self.cache.remote.close()
             report_path = self.options.autotune_report_to
             if not report_path and os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR"):
                 report_path = os.path.join(

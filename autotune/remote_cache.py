@@ -1,0 +1,377 @@
+"""Remote cache on Redis: one tuning result for a whole fleet of machines.
+
+The fourth lookup tier, after memory, loaded results files and the
+per-fusion directory:
+
+    --autotune_remote_cache=redis://HOST:PORT/DB      (rediss:// for TLS)
+
+Keys are `PREFIX:vKEY_VERSION:KERNEL.HASH`, the hash being the one that
+names per-fusion files; values are the schema's binary encoding of a results
+message holding that one entry, validated on every read. A tuned fusion is
+published with SET NX: the first writer wins and every later process adopts
+its entry, so a fleet converges on one config per key.
+
+The remote is an accelerator, never a dependency: a server that is down,
+refuses, is slow or dies mid-run costs one warning and short timeouts, and
+after a few failed operations in a row the tier is switched off for the rest
+of the run. The password comes from AUTOTUNE_REMOTE_CACHE_PASSWORD or a
+file, never from a flag, and URLs are only ever printed without it.
+
+The redis client is imported only when a remote is configured.
+"""
+import os
+import re
+import sys
+import urllib.parse
+
+from autotune import cache_key as keys
+from autotune import results_io
+from autotune.records import KEY_VERSION
+from autotune.results_io import CacheFileError
+
+SCHEMES = ("redis", "rediss")
+MODES = ("update", "read")
+DEFAULT_PORT = 6379
+DEFAULT_PREFIX = "autotune"
+PASSWORD_ENV = "AUTOTUNE_REMOTE_CACHE_PASSWORD"
+PASSWORD_FILE_ENV = "AUTOTUNE_REMOTE_CACHE_PASSWORD_FILE"
+# Consecutive failed operations after which a run stops asking the server.
+MAX_CONSECUTIVE_FAILURES = 3
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-/]{1,64}$")
+
+
+class RemoteCacheError(Exception):
+    """A remote cache setting that cannot be used (URL, password source)."""
+
+
+def redact(url):
+    """The URL with any password replaced by ***, also for URLs that do not
+    parse."""
+    return re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", str(url))
+
+
+class RemoteURL:
+    """A parsed redis:// or rediss:// URL. str() never shows a password."""
+
+    __slots__ = ("scheme", "host", "port", "db", "username", "prefix")
+
+    def __init__(self, scheme, host, port, db, username=None, prefix=None):
+        self.scheme, self.host, self.port = scheme, host, port
+        self.db, self.username, self.prefix = db, username, prefix
+
+    @property
+    def tls(self):
+        return self.scheme == "rediss"
+
+    def __str__(self):
+        user = f"{self.username}@" if self.username else ""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        query = f"?prefix={self.prefix}" if self.prefix else ""
+        return f"{self.scheme}://{user}{host}:{self.port}/{self.db}{query}"
+
+    __repr__ = __str__
+
+
+def is_remote_url(text):
+    return isinstance(text, str) and text.split(":", 1)[0] in SCHEMES and \
+        "://" in text
+
+
+def parse_url(url):
+    """Parses redis://[USER@]HOST[:PORT][/DB][?prefix=NAME] (rediss:// for
+    TLS). A password in the URL is refused: it would be printed in logs."""
+    shown = redact(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise RemoteCacheError(f"{shown}: not a valid URL ({e})")
+    if parts.scheme not in SCHEMES:
+        raise RemoteCacheError(
+            f"{shown}: expected redis://HOST:PORT/DB, or rediss:// for TLS")
+    if parts.password is not None:
+        raise RemoteCacheError(
+            f"{shown}: the URL holds a password, which would be printed in "
+            f"test logs; set {PASSWORD_ENV} or a password file "
+            "(--autotune_remote_cache_password_file) instead")
+    if not parts.hostname:
+        raise RemoteCacheError(f"{shown}: no host")
+    path = parts.path.strip("/")
+    if path and not path.isdigit():
+        raise RemoteCacheError(
+            f"{shown}: database must be a number (redis://HOST:PORT/0)")
+    prefix = None
+    for name, values in urllib.parse.parse_qs(parts.query,
+                                              keep_blank_values=True).items():
+        if name != "prefix":
+            raise RemoteCacheError(f"{shown}: unknown URL parameter {name!r}"
+                                   " (only prefix=NAME is understood)")
+        prefix = check_prefix(values[-1], shown)
+    return RemoteURL(parts.scheme, parts.hostname, port or DEFAULT_PORT,
+                     int(path or 0), urllib.parse.unquote(parts.username)
+                     if parts.username else None, prefix)
+
+
+def check_prefix(prefix, where="--autotune_remote_cache_prefix"):
+    if not _PREFIX_RE.match(prefix or ""):
+        raise RemoteCacheError(
+            f"{where}: key prefix {prefix!r} must be 1 to 64 letters, digits "
+            "or _ . - /")
+    return prefix
+
+
+def read_password(password_file=None, env=None):
+    """The password: from password_file, else the file named by
+    AUTOTUNE_REMOTE_CACHE_PASSWORD_FILE, else AUTOTUNE_REMOTE_CACHE_PASSWORD;
+    None when none is set. One trailing newline of a file is dropped."""
+    env = os.environ if env is None else env
+    path = password_file or env.get(PASSWORD_FILE_ENV)
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise RemoteCacheError(f"{path}: cannot read the remote cache "
+                                   f"password file: {e.strerror}")
+        return text[:-1] if text.endswith("\n") else text
+    return env.get(PASSWORD_ENV) or None
+
+
+def key_name(key, prefix=DEFAULT_PREFIX):
+    """The Redis key of a cache key: namespaced by prefix and key version,
+    named like the per-fusion file (kernel name for people, hash of the whole
+    key for uniqueness)."""
+    name = keys.file_name(key)
+    return f"{prefix}:v{key.key_version}:{name[:name.rindex('.')]}"
+
+
+def namespace(prefix=DEFAULT_PREFIX, key_version=KEY_VERSION):
+    return f"{prefix}:v{key_version}:"
+
+
+def encode_value(entry):
+    return results_io.encode_binary([entry])
+
+
+def decode_value(data, name, key=None):
+    """The entry a value holds; CacheFileError naming the key when the value
+    is not one valid entry stored under its own name."""
+    try:
+        entries = results_io.decode_binary(bytes(data), name, parse_all=True)
+        if len(entries) != 1:
+            raise CacheFileError(name, f"holds {len(entries)} entries, "
+                                 "expected 1")
+        entry = entries[0]
+        # Every field is decoded now: a value is never trusted half-read.
+        entry.best, entry.candidates, entry.provenance  # noqa: B018
+    except CacheFileError:
+        raise
+    except (ValueError, IndexError, TypeError, KeyError) as e:
+        raise CacheFileError(name, f"malformed entry ({e})")
+    if key is not None and entry.key != key:
+        raise CacheFileError(name, f"holds {entry.key.describe()}, not the "
+                             "key its name says")
+    if key is None and not name.endswith(key_name(entry.key, "")[1:]):
+        raise CacheFileError(name, f"holds {entry.key.describe()}, whose "
+                             "hash is not the key's name")
+    return entry
+
+
+def connect(url, password=None, timeout_s=1.0, ca_file=None):
+    """A redis client for `url` (a RemoteURL): short timeouts, no retries
+    (the caller counts failures), connections made on first use."""
+    try:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+    except ImportError:
+        raise RemoteCacheError(
+            "the remote cache needs the redis client: pip install "
+            "'rules_autotune[redis]' (or the redis pin in requirements.txt)")
+    options = dict(host=url.host, port=url.port, db=url.db,
+                   username=url.username, password=password,
+                   socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                   retry=Retry(NoBackoff(), 0), health_check_interval=0)
+    if url.tls:
+        options.update(ssl=True, ssl_ca_certs=ca_file)
+    return redis.Redis(**options)
+
+
+class _Unavailable(Exception):
+    """An operation that did not reach the server (already reported)."""
+
+
+class RemoteCache:
+    """The remote tier of one run: lookups and set-if-absent publishing,
+    with every fault turned into local behaviour and counted."""
+
+    def __init__(self, url, mode="update", prefix=None, expiry_s=0,
+                 timeout_s=1.0, password=None, ca_file=None, client=None,
+                 log=None):
+        if mode not in MODES:
+            raise RemoteCacheError(f"unknown remote cache mode {mode!r}; "
+                                   f"expected one of {', '.join(MODES)}")
+        self.url = url if isinstance(url, RemoteURL) else parse_url(url)
+        if prefix and self.url.prefix and prefix != self.url.prefix:
+            raise RemoteCacheError(
+                f"{self.url}: the URL's prefix differs from "
+                f"--autotune_remote_cache_prefix={prefix}")
+        self.prefix = check_prefix(prefix or self.url.prefix
+                                   or DEFAULT_PREFIX)
+        self.display = str(self.url)
+        self.mode = mode
+        self.expiry_s = int(expiry_s or 0)
+        if self.expiry_s < 0:
+            raise RemoteCacheError("remote cache expiry must be >= 0 seconds")
+        self.log = log or (lambda line: print(line, file=sys.stderr))
+        self.client = client if client is not None else connect(
+            self.url, password, timeout_s, ca_file)
+        self.hits = self.misses = self.published = self.adopted = 0
+        self.corrupt = 0
+        self.corrupt_keys = []
+        self.failed_operations = 0
+        self.consecutive_failures = 0
+        self.unreachable = None  # the first failure, for messages
+        self.switched_off = False
+        self.last_lookup_failed = False
+
+    @classmethod
+    def from_options(cls, options):
+        password = read_password(options.autotune_remote_cache_password_file)
+        return cls(options.autotune_remote_cache,
+                   mode=options.autotune_remote_cache_mode,
+                   prefix=options.autotune_remote_cache_prefix,
+                   expiry_s=options.autotune_remote_cache_expiry_s,
+                   timeout_s=options.autotune_remote_cache_timeout_s,
+                   password=password,
+                   ca_file=options.autotune_remote_cache_ca_file)
+
+    def key_name(self, key):
+        return key_name(key, self.prefix)
+
+    # -- faults ------------------------------------------------------------
+    def _call(self, what, fn):
+        if self.switched_off:
+            raise _Unavailable
+        try:
+            result = fn()
+        except Exception as e:  # any fault of the remote is local behaviour
+            self._failed(what, e)
+            raise _Unavailable from None
+        self.consecutive_failures = 0
+        return result
+
+    def _failed(self, what, error):
+        self.failed_operations += 1
+        self.consecutive_failures += 1
+        reason = f"{type(error).__name__}: {error}".strip()
+        fatal = _is_auth_error(error)
+        if fatal:
+            reason += (f" (check {PASSWORD_ENV}, {PASSWORD_FILE_ENV} or "
+                       "--autotune_remote_cache_password_file)")
+        if self.unreachable is None:
+            self.unreachable = reason
+            self.log(f"autotune: warning: remote cache {self.display}: "
+                     f"{what} failed ({reason}); running on the local "
+                     "caches, the remote tier is switched off after "
+                     f"{MAX_CONSECUTIVE_FAILURES} failures in a row")
+        if fatal or self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
+            self.switched_off = True
+            self.close()
+
+    def _bad_value(self, error, name):
+        self.corrupt += 1
+        if len(self.corrupt_keys) < 20:
+            self.corrupt_keys.append(name)
+        if self.corrupt == 1:
+            self.log(f"autotune: warning: remote cache {self.display}: "
+                     f"{error}; ignored (later bad values are only counted; "
+                     f"delete with: redis-cli DEL {name})")
+
+    # -- the tier ------------------------------------------------------------
+    def lookup(self, key):
+        """The entry the server holds for `key`, or None (a miss, a bad value
+        or an unreachable server; last_lookup_failed tells the last)."""
+        self.last_lookup_failed = False
+        name = self.key_name(key)
+        try:
+            data = self._call("GET", lambda: self.client.get(name))
+        except _Unavailable:
+            self.last_lookup_failed = True
+            return None
+        if data is None:
+            self.misses += 1
+            return None
+        try:
+            entry = decode_value(data, name, key)
+        except CacheFileError as e:
+            self._bad_value(e, name)
+            return None
+        self.hits += 1
+        return entry
+
+    def publish(self, entry):
+        """Publishes a freshly tuned entry unless the key is there already;
+        returns the entry to use: ours, or the one published first."""
+        if self.mode == "read" or self.switched_off:
+            return entry
+        name = self.key_name(entry.key)
+        value = encode_value(entry)
+        expiry = self.expiry_s or None
+        try:
+            if self._call("SET NX", lambda: self.client.set(
+                    name, value, nx=True, ex=expiry)):
+                self.published += 1
+                return entry
+            data = self._call("GET", lambda: self.client.get(name))
+        except _Unavailable:
+            return entry
+        if data is None:  # expired in between: ours stays local
+            return entry
+        try:
+            first = decode_value(data, name, entry.key)
+        except CacheFileError as e:
+            self._bad_value(e, name)
+            return entry
+        self.adopted += 1
+        return first
+
+    def close(self):
+        try:
+            self.client.close()
+        except Exception:  # a broken connection may fail to close
+            pass
+
+    # -- reporting -------------------------------------------------------------
+    def unreachable_note(self):
+        return (f"the remote cache {self.display} was unreachable "
+                f"({self.unreachable}) and might hold it")
+
+    def report(self):
+        return {"url": self.display, "mode": self.mode,
+                "namespace": namespace(self.prefix),
+                "expiry_s": self.expiry_s, "hits": self.hits,
+                "misses": self.misses, "published": self.published,
+                "adopted": self.adopted, "corrupt_values": self.corrupt,
+                "corrupt_keys": list(self.corrupt_keys),
+                "failed_operations": self.failed_operations,
+                "switched_off": self.switched_off,
+                "unreachable": self.unreachable}
+
+    def summary_line(self):
+        line = (f"autotune: remote cache {self.display} ({self.mode}, keys "
+                f"{namespace(self.prefix)}*): {self.hits} hit, "
+                f"{self.misses} missed, {self.published} published, "
+                f"{self.adopted} adopted, {self.corrupt} bad values ignored, "
+                f"{self.failed_operations} failed operations")
+        if self.switched_off:
+            line += f"; switched off ({self.unreachable})"
+        return line
+
+
+def _is_auth_error(error):
+    text = str(error)
+    return type(error).__name__ == "AuthenticationError" or \
+        text.startswith(("WRONGPASS", "NOAUTH", "NOPERM")) or \
+        "invalid username-password" in text or \
+        "Authentication required" in text
