@@ -1,7 +1,8 @@
 """autotune_cache: inspect, diff, merge, prune, verify and convert caches.
 
-Reads results files (text or binary, by extension) and per-fusion cache
-directories alike. Inputs are never modified; outputs are written
+Reads results files (text or binary, by extension), per-fusion cache
+directories and remote namespaces (redis://HOST:PORT/DB[?prefix=NAME])
+alike; push and pull move entries between files and a remote. Inputs are never modified; outputs are written
 atomically (a per-fusion directory output: one atomic file per entry).
 
 Exit codes:
@@ -23,7 +24,7 @@ import json
 import os
 import sys
 
-from autotune import codec
+from autotune import codec, remote_tool
 from autotune.cache_storage import PerFusionDirectory
 from autotune.records import KEY_VERSION
 from autotune.errors import CacheFileError
@@ -40,6 +41,8 @@ def read_cache(path, parse_all=False):
     every field of a binary file now (verify, show); otherwise candidates
     and provenance are parsed when used, and copied unparsed when written
     in the same format."""
+    if remote_tool.is_remote_url(path):
+        return remote_tool.read_remote(path)
     if not os.path.exists(path):
         raise ToolError(f"{path}: no such file or directory")
     try:
@@ -107,7 +110,10 @@ def stats(entries, path):
                                     for e in entries)
     stamps = sorted(e.provenance.timestamp for e in entries
                     if e.provenance.timestamp)
-    if os.path.isdir(path):
+    remote = getattr(entries, "info", None)
+    if remote is not None:
+        size = remote["bytes"]
+    elif os.path.isdir(path):
         size = sum(os.path.getsize(os.path.join(path, n))
                    for n in os.listdir(path))
     else:
@@ -117,7 +123,8 @@ def stats(entries, path):
             "by_kernel": dict(sorted(by_kernel.items())),
             "by_triton_version": dict(sorted(by_triton.items())),
             "oldest": stamps[0] if stamps else None,
-            "newest": stamps[-1] if stamps else None}
+            "newest": stamps[-1] if stamps else None,
+            **({"remote": remote} if remote is not None else {})}
 
 
 def cmd_show(args):
@@ -477,6 +484,8 @@ def build_parser():
     p.add_argument("input")
     p.add_argument("output")
     p.set_defaults(func=cmd_convert)
+
+    remote_tool.add_subcommands(sub, POLICIES)
     return parser
 
 
@@ -488,7 +497,7 @@ def main(argv=None):
         # again; a command makes no cycles worth collecting before it ends.
         with codec.no_gc():
             return args.func(args)
-    except ToolError as e:
+    except (ToolError, remote_tool.RemoteToolError) as e:
         print(f"autotune_cache: error: {e}", file=sys.stderr)
         return 2
 

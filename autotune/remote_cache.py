@@ -25,9 +25,9 @@ import sys
 import urllib.parse
 
 from autotune import cache_key as keys
-from autotune import results_io
+from autotune.codec import binary
 from autotune.records import KEY_VERSION
-from autotune.results_io import CacheFileError
+from autotune.errors import CacheFileError
 
 SCHEMES = ("redis", "rediss")
 MODES = ("update", "read")
@@ -150,14 +150,14 @@ def namespace(prefix=DEFAULT_PREFIX, key_version=KEY_VERSION):
 
 
 def encode_value(entry):
-    return results_io.encode_binary([entry])
+    return b"".join(binary.encode_binary_chunks([entry]))
 
 
 def decode_value(data, name, key=None):
     """The entry a value holds; CacheFileError naming the key when the value
     is not one valid entry stored under its own name."""
     try:
-        entries = results_io.decode_binary(bytes(data), name, parse_all=True)
+        entries = binary.decode_binary(bytes(data), name, parse_all=True)
         if len(entries) != 1:
             raise CacheFileError(name, f"holds {len(entries)} entries, "
                                  "expected 1")
