@@ -47,7 +47,7 @@ class RemoteCacheError(Exception):
 def redact(url):
     """The URL with any password replaced by ***, also for URLs that do not
     parse."""
-    return re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", str(url))
+    return re.sub(r"(://[^/:@]*:)[^/]*@", r"\1***@", str(url))
 
 
 class RemoteURL:
@@ -228,7 +228,7 @@ class RemoteCache:
             self.url, password, timeout_s, ca_file)
         self.hits = self.misses = self.published = self.adopted = 0
         self.corrupt = 0
-        self.corrupt_keys = []
+        self.corrupt_keys = set()
         self.failed_operations = 0
         self.consecutive_failures = 0
         self.unreachable = None  # the first failure, for messages
@@ -280,9 +280,10 @@ class RemoteCache:
             self.close()
 
     def _bad_value(self, error, name):
+        if name in self.corrupt_keys:  # counted once per key
+            return
         self.corrupt += 1
-        if len(self.corrupt_keys) < 20:
-            self.corrupt_keys.append(name)
+        self.corrupt_keys.add(name)
         if self.corrupt == 1:
             self.log(f"autotune: warning: remote cache {self.display}: "
                      f"{error}; ignored (later bad values are only counted; "
@@ -353,7 +354,7 @@ class RemoteCache:
                 "expiry_s": self.expiry_s, "hits": self.hits,
                 "misses": self.misses, "published": self.published,
                 "adopted": self.adopted, "corrupt_values": self.corrupt,
-                "corrupt_keys": list(self.corrupt_keys),
+                "corrupt_keys": sorted(self.corrupt_keys)[:20],
                 "failed_operations": self.failed_operations,
                 "switched_off": self.switched_off,
                 "unreachable": self.unreachable}

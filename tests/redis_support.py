@@ -1,0 +1,76 @@
+"""A real redis-server for the remote cache tests: started on a free
+loopback port in a temporary directory, stopped (and reaped) by the test."""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def require_redis_server():
+    if shutil.which("redis-server"):
+        return
+    if os.environ.get("CI"):
+        pytest.fail("redis-server is not installed (.ci/run installs it)")
+    pytest.skip("redis-server is not installed (apt-get install redis-server)")
+
+
+class RedisServer:
+    def __init__(self, password=None):
+        require_redis_server()
+        self.port = free_port()
+        self.password = password
+        self.dir = tempfile.mkdtemp(prefix="autotune-redis-")
+        args = ["redis-server", "--port", str(self.port), "--bind",
+                "127.0.0.1", "--save", "", "--appendonly", "no", "--dir",
+                self.dir, "--daemonize", "no", "--loglevel", "warning"]
+        if password:
+            args += ["--requirepass", password]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._wait_ready()
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with "
+                                   f"{self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), 0.2):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("redis-server did not start within 10 s")
+
+    def client(self):
+        import redis
+        return redis.Redis(host="127.0.0.1", port=self.port,
+                           password=self.password, socket_timeout=5)
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def stop(self):
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,410 @@
+"""The remote cache tier against a real redis-server on a loopback port."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import autotune
+from autotune import cache_key, flags, remote_cache, results_io
+from autotune.remote_cache import RemoteCache, RemoteCacheError
+
+import tiny_kernels as tk
+from redis_support import RedisServer
+from tests_support import entry_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = RedisServer()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def redis_db(server):
+    client = server.client()
+    client.flushall()
+    yield client
+    client.close()
+
+
+def _remote_keys(client):
+    return sorted(k.decode() for k in client.keys("*"))
+
+
+# -- URLs, passwords, key names (no server) ----------------------------------
+
+def test_url_parsing_and_tls():
+    url = remote_cache.parse_url("redis://cache.example:7000/3")
+    assert (url.host, url.port, url.db, url.tls) == ("cache.example", 7000,
+                                                     3, False)
+    url = remote_cache.parse_url("rediss://ci@cache.example/")
+    assert (url.port, url.db, url.tls, url.username) == (6379, 0, True, "ci")
+    assert str(url) == "rediss://ci@cache.example:6379/0"
+    url = remote_cache.parse_url("redis://[::1]:6380/1?prefix=team-a")
+    assert (url.host, url.prefix, str(url)) == (
+        "::1", "team-a", "redis://[::1]:6380/1?prefix=team-a")
+    for bad, why in [("http://h:1/0", "expected redis://"),
+                     ("redis://h:1/x", "database must be a number"),
+                     ("redis://h:99999/0", "not a valid URL"),
+                     ("redis:///0", "no host"),
+                     ("redis://h/0?db=1", "unknown URL parameter"),
+                     ("redis://h/0?prefix=a*b", "key prefix")]:
+        with pytest.raises(RemoteCacheError, match=why):
+            remote_cache.parse_url(bad)
+
+
+def test_tls_url_makes_a_tls_client(tmp_path):
+    pytest.importorskip("redis")
+    client = remote_cache.connect(remote_cache.parse_url(
+        "rediss://cache.example:6380/2"), "pw", 0.5, str(tmp_path / "ca.pem"))
+    kwargs = client.connection_pool.connection_kwargs
+    assert client.connection_pool.connection_class.__name__ == "SSLConnection"
+    assert (kwargs["host"], kwargs["port"], kwargs["db"]) == (
+        "cache.example", 6380, 2)
+    assert kwargs["ssl_ca_certs"] == str(tmp_path / "ca.pem")
+    assert kwargs["socket_timeout"] == kwargs["socket_connect_timeout"] == 0.5
+    plain = remote_cache.connect(remote_cache.parse_url("redis://h:1/0"))
+    assert plain.connection_pool.connection_class.__name__ == "Connection"
+
+
+def test_password_in_url_is_refused_and_redacted(session_factory):
+    with pytest.raises(autotune.AutotuneError) as info:
+        session_factory(autotune_remote_cache="redis://ci:s3cret@h:1/0")
+    assert "s3cret" not in str(info.value)
+    assert "redis://ci:***@h:1/0" in str(info.value)
+    assert remote_cache.redact("rediss://:p@ss@h/0") == "rediss://:***@h/0"
+    assert remote_cache.redact("redis://h:1/0") == "redis://h:1/0"
+
+
+def test_password_sources(tmp_path):
+    path = tmp_path / "pw"
+    path.write_text("from-file\n")
+    env = {remote_cache.PASSWORD_ENV: "from-env"}
+    assert remote_cache.read_password(str(path), env) == "from-file"
+    assert remote_cache.read_password(None, env) == "from-env"
+    assert remote_cache.read_password(None, {
+        **env, remote_cache.PASSWORD_FILE_ENV: str(path)}) == "from-file"
+    assert remote_cache.read_password(None, {}) is None
+    with pytest.raises(RemoteCacheError, match="nope: cannot read"):
+        remote_cache.read_password(str(tmp_path / "nope"), {})
+    # No flag carries a password.
+    assert not [n for n in flags.flag_names()
+                if "password" in n and not n.endswith("_file")]
+
+
+def test_flags_parse():
+    options = flags.parse(
+        "--autotune_remote_cache=rediss://h:1/0 "
+        "--autotune_remote_cache_mode=read --autotune_remote_cache_prefix=x "
+        "--autotune_remote_cache_expiry_s=60 "
+        "--autotune_remote_cache_timeout_s=0.25 "
+        "--autotune_remote_cache_password_file=TEST_WORKSPACE/pw",
+        {"TEST_SRCDIR": "/r", "TEST_WORKSPACE": "ws"})
+    assert (options.autotune_remote_cache, options.autotune_remote_cache_mode,
+            options.autotune_remote_cache_prefix,
+            options.autotune_remote_cache_expiry_s,
+            options.autotune_remote_cache_timeout_s,
+            options.autotune_remote_cache_password_file) == (
+        "rediss://h:1/0", "read", "x", 60, 0.25, "/r/ws/pw")
+
+
+class _FakeClient:
+    """Records commands; serves the key-format tests only."""
+
+    def __init__(self):
+        self.data, self.calls = {}, []
+
+    def get(self, name):
+        self.calls.append(("get", name))
+        return self.data.get(name)
+
+    def set(self, name, value, nx=False, ex=None):
+        self.calls.append(("set", name, nx, ex))
+        if nx and name in self.data:
+            return None
+        self.data[name] = value
+        return True
+
+
+def test_key_format():
+    entry = entry_for(tk.GOOD[0])
+    file_name = cache_key.file_name(entry.key)
+    digest = file_name.split(".")[1]
+    assert remote_cache.key_name(entry.key, "ci") == \
+        f"ci:v{entry.key.key_version}:axpb_kernel.{digest}"
+    fake = _FakeClient()
+    remote = RemoteCache("redis://h:1/0", prefix="team", expiry_s=3600,
+                         client=fake)
+    assert remote.publish(entry) is entry
+    name = f"team:v1:axpb_kernel.{digest}"
+    assert fake.calls == [("set", name, True, 3600)]
+    # The value is the schema's binary results message with one entry.
+    assert results_io.decode_binary(fake.data[name], name) == [entry]
+    assert remote.lookup(entry.key) == entry
+    with pytest.raises(RemoteCacheError, match="differs"):
+        RemoteCache("redis://h:1/0?prefix=a", prefix="b", client=fake)
+
+
+# -- the tier, in one process ------------------------------------------------
+
+def test_read_mode_writes_nothing(session_factory, server, redis_db,
+                                  tmp_path):
+    sess = session_factory(autotune_remote_cache=server.url,
+                           autotune_remote_cache_mode="read")
+    tuned = tk.make_tuner()
+    tk.run(tuned, 40)
+    tk.run(tuned, 72)
+    assert sess.stats.tuned == 2
+    assert _remote_keys(redis_db) == []
+    assert sess.cache.remote.report()["published"] == 0
+    # Entries published by others are read; the per-fusion directory in read
+    # mode is not written either.
+    session_factory(autotune_remote_cache=server.url)
+    tk.run(tk.make_tuner(), 40)
+    assert len(_remote_keys(redis_db)) == 1
+    sess = session_factory(autotune_remote_cache=server.url,
+                           autotune_remote_cache_mode="read",
+                           per_fusion_autotune_cache_dir=str(tmp_path),
+                           autotune_cache_mode="read")
+    tk.run(tk.make_tuner(), 40)
+    tk.run(tk.make_tuner(), 56)
+    assert (sess.stats.remote_hits, sess.stats.tuned) == (1, 1)
+    assert len(_remote_keys(redis_db)) == 1 and os.listdir(tmp_path) == []
+
+
+def test_remote_hit_is_its_own_kind_and_lands_in_the_directory(
+        session_factory, server, redis_db, tmp_path):
+    first = session_factory(autotune_remote_cache=server.url)
+    tk.run(tk.make_tuner(), 40)
+    published = next(iter(first.cache.memory.values()))
+    report_path = tmp_path / "report.json"
+    cache_dir = tmp_path / "dir"
+    cache_dir.mkdir()
+    sess = session_factory(autotune_remote_cache=server.url,
+                           per_fusion_autotune_cache_dir=str(cache_dir),
+                           autotune_report_to=str(report_path))
+    tuned = tk.make_tuner()
+    assert tuned.lookup_config(*tk.run(tuned, 40), 40, 2.0) == published.best
+    assert sess.stats.candidate_benchmarks == 0
+    assert "0 hit, 1 remote hit, 0 tuned" in sess.summary_line()
+    assert os.listdir(cache_dir) == [cache_key.file_name(published.key)]
+    sess.finish()
+    report = json.loads(report_path.read_text())
+    assert (report["hits"], report["remote_hits"]) == (0, 1)
+    assert report["fusions"][0]["status"] == "remote_hit"
+    assert report["fusions"][0]["source"] == server.url
+    assert report["remote"]["hits"] == 1
+    # Next run: the per-fusion directory answers before the remote.
+    sess = session_factory(autotune_remote_cache=server.url,
+                           per_fusion_autotune_cache_dir=str(cache_dir))
+    tk.run(tk.make_tuner(), 40)
+    assert (sess.stats.hits, sess.stats.remote_hits) == (1, 0)
+    assert sess.cache.remote.report()["hits"] == 0
+
+
+def test_set_if_absent_adopts_the_first_writers_entry(server, redis_db):
+    winner = entry_for(tk.GOOD[0], device="cpu/x")
+    loser = entry_for(tk.GOOD[1], device="cpu/x")
+    a = RemoteCache(server.url)
+    b = RemoteCache(server.url)
+    assert a.publish(winner) is winner
+    assert b.publish(loser) == winner
+    assert (a.published, b.published, b.adopted) == (1, 0, 1)
+    assert b.lookup(loser.key) == winner
+
+
+def test_corrupt_and_foreign_values_are_reported_once_and_ignored(
+        session_factory, server, redis_db, capsys):
+    first = session_factory(autotune_remote_cache=server.url)
+    tuned = tk.make_tuner()
+    tk.run(tuned, 40)
+    tk.run(tuned, 72)
+    key40, key72 = list(first.cache.memory)
+    name40, name72 = (remote_cache.key_name(k) for k in (key40, key72))
+    assert _remote_keys(redis_db) == sorted([name40, name72])
+    good72 = redis_db.get(name72)
+    redis_db.set(name40, b"\x08\x01garbage that is no entry")
+    redis_db.set(name72, good72[:-3])  # truncated
+    capsys.readouterr()
+    sess = session_factory(autotune_remote_cache=server.url)
+    tuned = tk.make_tuner()
+    tk.run(tuned, 40)
+    tk.run(tuned, 72)
+    err = capsys.readouterr().err
+    assert (sess.stats.tuned, sess.stats.remote_hits) == (2, 0)
+    assert sess.cache.remote.report()["corrupt_values"] == 2
+    assert err.count("autotune: warning: remote cache") == 1
+    assert name40 in err and "redis-cli DEL" in err
+    # Bad values are never overwritten by a run (only the tool replaces).
+    assert redis_db.get(name40).startswith(b"\x08\x01garbage")
+    # A valid entry stored under another key's name is foreign.
+    redis_db.set(name40, good72)
+    remote = RemoteCache(server.url, log=lambda line: None)
+    assert remote.lookup(key40) is None
+    assert remote.lookup(key72) is None  # still truncated
+    assert (remote.corrupt, remote.hits) == (2, 0)
+    redis_db.set(name72, good72)
+    assert remote.lookup(key72).key == key72
+
+
+def test_wrong_password(session_factory, tmp_path, capsys, monkeypatch):
+    srv = RedisServer(password="right-one")
+    try:
+        monkeypatch.setenv(remote_cache.PASSWORD_ENV, "wrong-one")
+        sess = session_factory(autotune_remote_cache=srv.url,
+                               autotune_report_to=str(tmp_path / "r.json"))
+        tuned = tk.make_tuner()
+        tk.run(tuned, 40)
+        tk.run(tuned, 72)
+        sess.finish()
+        err = capsys.readouterr().err
+        assert sess.stats.tuned == 2
+        report = sess.cache.remote.report()
+        assert report["failed_operations"] == 1 and report["switched_off"]
+        assert err.count("warning: remote cache") == 1
+        assert "AUTOTUNE_REMOTE_CACHE_PASSWORD" in err
+        text = err + (tmp_path / "r.json").read_text()
+        assert "wrong-one" not in text and "right-one" not in text
+        # The right password, from a file, works.
+        monkeypatch.delenv(remote_cache.PASSWORD_ENV)
+        (tmp_path / "pw").write_text("right-one\n")
+        sess = session_factory(
+            autotune_remote_cache=srv.url,
+            autotune_remote_cache_password_file=str(tmp_path / "pw"))
+        tk.run(tk.make_tuner(), 40)
+        assert sess.cache.remote.report()["published"] == 1
+        assert len(srv.client().keys("*")) == 1
+    finally:
+        srv.stop()
+
+
+def test_server_stopped_mid_run_is_slow_then_switched_off(
+        session_factory, capsys):
+    srv = RedisServer()
+    try:
+        sess = session_factory(autotune_remote_cache=srv.url,
+                               autotune_remote_cache_timeout_s=0.3)
+        tuned = tk.make_tuner()
+        tk.run(tuned, 8)
+        assert sess.cache.remote.published == 1
+        srv.pause()  # SIGSTOP: connections hang until the read timeout
+        start = time.monotonic()
+        for n in (16, 24, 40, 56, 72):
+            tk.run(tuned, n)
+        elapsed = time.monotonic() - start
+        report = sess.cache.remote.report()
+        assert sess.stats.tuned == 6
+        assert report["failed_operations"] == 3 and report["switched_off"]
+        assert "Timeout" in report["unreachable"]
+        # Three timeouts, then no more waiting (plus tuning time).
+        assert elapsed < 3 * 0.3 + 10, elapsed
+        assert capsys.readouterr().err.count("warning: remote cache") == 1
+        assert "switched off" in sess.cache.remote.summary_line()
+    finally:
+        srv.stop()
+
+
+def test_server_killed_mid_run(session_factory, tmp_path, capsys):
+    srv = RedisServer()
+    try:
+        cache_dir = tmp_path / "dir"
+        cache_dir.mkdir()
+        sess = session_factory(autotune_remote_cache=srv.url,
+                               per_fusion_autotune_cache_dir=str(cache_dir),
+                               autotune_remote_cache_timeout_s=0.3)
+        tuned = tk.make_tuner()
+        tk.run(tuned, 8)
+        srv.kill()  # SIGKILL
+        for n in (8, 16, 24, 40, 56):
+            x, y = tk.run(tuned, n)
+            assert (y == x * 2.0 + 1.0).all()
+        report = sess.cache.remote.report()
+        assert sess.stats.tuned == 5
+        assert report["published"] == 1
+        assert report["failed_operations"] == 3 and report["switched_off"]
+        assert capsys.readouterr().err.count("warning: remote cache") == 1
+        # Local behaviour: every fusion is in the per-fusion directory.
+        assert len(os.listdir(cache_dir)) == 5
+        # Require-complete: a fusion only the unreachable remote might
+        # hold is missing, and the message names the remote.
+        sess = session_factory(autotune_remote_cache=srv.url,
+                               per_fusion_autotune_cache_dir=str(cache_dir),
+                               require_complete_autotune_results=True,
+                               autotune_remote_cache_timeout_s=0.3)
+        tk.run(tk.make_tuner(), 8)  # the directory answers
+        with pytest.raises(autotune.AutotuneCacheMissError) as info:
+            tk.run(tk.make_tuner(), 72)
+        assert f"the remote cache {srv.url} was unreachable" in \
+            str(info.value)
+        assert "unreachable" in sess.report()["missing"][0]["note"]
+    finally:
+        srv.stop()
+
+
+# -- real processes ------------------------------------------------------------
+
+def _workers(url, dirs_and_sizes):
+    procs = [subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "workers", "remote_worker.py"),
+         url, str(cache_dir)] + [str(s) for s in sizes],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, TRITON_INTERPRET="1"))
+        for cache_dir, sizes in dirs_and_sizes]
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr
+        out.append(json.loads(stdout.splitlines()[-1]))
+    return out
+
+
+def test_two_processes_with_separate_directories_share_a_fusion(
+        server, redis_db, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    [first] = _workers(server.url, [(a, [40])])
+    [second] = _workers(server.url, [(b, [40])])
+    assert first["stats"]["tuned"] == 1 and first["remote"]["published"] == 1
+    assert second["stats"]["candidate_benchmarks"] == 0
+    assert second["stats"]["remote_hits"] == 1
+    assert second["used"] == first["used"]
+    assert os.listdir(a) == os.listdir(b)  # written into b's directory
+    assert (a / os.listdir(a)[0]).read_bytes() == \
+        (b / os.listdir(b)[0]).read_bytes()
+
+
+def test_eight_processes_agree_on_one_config_per_key(server, redis_db):
+    sizes = [8, 16, 24, 40, 56, 72]
+    runs = _workers(server.url, [("-", sizes[i % 3:] + sizes[:i % 3])
+                                 for i in range(8)])
+    used = {}
+    for run in runs:
+        for n, config in run["used"].items():
+            used.setdefault(n, set()).add(config)
+    assert all(len(configs) == 1 for configs in used.values()), used
+    names = _remote_keys(redis_db)
+    assert len(names) == len(sizes)
+    for name in names:
+        entry = remote_cache.decode_value(redis_db.get(name), name)
+        n = entry.key.signature.split(";")[0].split("=")[1]
+        assert used[n] == {entry.best.short()}
+    assert sum(r["remote"]["published"] for r in runs) == len(sizes)
+    assert sum(r["remote"]["failed_operations"] for r in runs) == 0
+
+
+def test_runtime_imports_redis_only_when_the_flag_is_set(tmp_path):
+    code = ("import sys, autotune, tiny_kernels as tk; autotune.configure();"
+            "tk.run(tk.make_tuner(), 8); print('redis' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, cwd=HERE, timeout=120,
+                         env=dict(os.environ, TRITON_INTERPRET="1",
+                                  PYTHONPATH=os.path.dirname(HERE)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
