@@ -8,7 +8,8 @@ import time
 import pytest
 
 import autotune
-from autotune import cache_key, flags, remote_cache, results_io
+from autotune import cache_key, flags, remote_cache
+from autotune.codec import binary
 from autotune.remote_cache import RemoteCache, RemoteCacheError
 
 import tiny_kernels as tk
@@ -145,7 +146,7 @@ def test_key_format():
     name = f"team:v1:axpb_kernel.{digest}"
     assert fake.calls == [("set", name, True, 3600)]
     # The value is the schema's binary results message with one entry.
-    assert results_io.decode_binary(fake.data[name], name) == [entry]
+    assert binary.decode_binary(fake.data[name], name) == [entry]
     assert remote.lookup(entry.key) == entry
     with pytest.raises(RemoteCacheError, match="differs"):
         RemoteCache("redis://h:1/0?prefix=a", prefix="b", client=fake)
