@@ -265,10 +265,12 @@ class RemoteCache:
         self.failed_operations += 1
         self.consecutive_failures += 1
         reason = f"{type(error).__name__}: {error}".strip()
-        fatal = _is_auth_error(error)
-        if fatal:
+        fatal = _permanent_failure(error)
+        if fatal == "auth":
             reason += (f" (check {PASSWORD_ENV}, {PASSWORD_FILE_ENV} or "
                        "--autotune_remote_cache_password_file)")
+        elif fatal == "tls":
+            reason += " (check --autotune_remote_cache_ca_file)"
         if self.unreachable is None:
             self.unreachable = reason
             self.log(f"autotune: warning: remote cache {self.display}: "
@@ -276,6 +278,7 @@ class RemoteCache:
                      "caches, the remote tier is switched off after "
                      f"{MAX_CONSECUTIVE_FAILURES} failures in a row")
         if fatal or self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
+            # Retrying cannot fix a wrong password or an untrusted server.
             self.switched_off = True
             self.close()
 
@@ -370,9 +373,14 @@ class RemoteCache:
         return line
 
 
-def _is_auth_error(error):
+def _permanent_failure(error):
+    """"auth" or "tls" for failures that retrying cannot fix, else None."""
     text = str(error)
-    return type(error).__name__ == "AuthenticationError" or \
-        text.startswith(("WRONGPASS", "NOAUTH", "NOPERM")) or \
-        "invalid username-password" in text or \
-        "Authentication required" in text
+    if type(error).__name__ == "AuthenticationError" or \
+            text.startswith(("WRONGPASS", "NOAUTH", "NOPERM")) or \
+            "invalid username-password" in text or \
+            "Authentication required" in text:
+        return "auth"
+    if "CERTIFICATE_VERIFY_FAILED" in text or "WRONG_VERSION_NUMBER" in text:
+        return "tls"
+    return None

@@ -26,7 +26,7 @@ def require_redis_server():
 
 
 class RedisServer:
-    def __init__(self, password=None):
+    def __init__(self, password=None, tls=False):
         require_redis_server()
         self.port = free_port()
         self.password = password
@@ -36,9 +36,16 @@ class RedisServer:
                 self.dir, "--daemonize", "no", "--loglevel", "warning"]
         if password:
             args += ["--requirepass", password]
+        self.ca_file = None
+        if tls:  # TLS only: the plain port is closed
+            self.ca_file = self._self_signed_certificate()
+            args[1:3] = ["--port", "0", "--tls-port", str(self.port),
+                         "--tls-cert-file", self.ca_file, "--tls-key-file",
+                         os.path.join(self.dir, "key.pem"),
+                         "--tls-auth-clients", "no"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.url = f"{'rediss' if tls else 'redis'}://127.0.0.1:{self.port}/0"
         self._wait_ready()
 
     def _wait_ready(self):
@@ -53,6 +60,18 @@ class RedisServer:
             except OSError:
                 time.sleep(0.02)
         raise RuntimeError("redis-server did not start within 10 s")
+
+    def _self_signed_certificate(self):
+        if not shutil.which("openssl"):
+            pytest.skip("openssl is not installed")
+        cert = os.path.join(self.dir, "cert.pem")
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+             "-keyout", os.path.join(self.dir, "key.pem"), "-out", cert,
+             "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+             "subjectAltName=IP:127.0.0.1"], check=True,
+            capture_output=True)
+        return cert
 
     def client(self):
         import redis

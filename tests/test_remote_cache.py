@@ -74,6 +74,38 @@ def test_tls_url_makes_a_tls_client(tmp_path):
     assert plain.connection_pool.connection_class.__name__ == "Connection"
 
 
+def test_tls_server(session_factory, capsys):
+    srv = RedisServer(tls=True)
+    try:
+        # Its self-signed certificate is not among the system's CAs.
+        sess = session_factory(autotune_remote_cache=srv.url,
+                               autotune_remote_cache_timeout_s=2.0)
+        tk.run(tk.make_tuner(), 40)
+        report = sess.cache.remote.report()
+        assert sess.stats.tuned == 1 and report["switched_off"]
+        assert report["failed_operations"] == 1  # not retried
+        assert "certificate verify failed" in capsys.readouterr().err
+        # A plain client on the TLS port fails and is switched off too.
+        sess = session_factory(autotune_remote_cache=srv.url.replace(
+            "rediss:", "redis:"), autotune_remote_cache_timeout_s=0.3)
+        tk.run(tk.make_tuner(), 40)
+        tk.run(tk.make_tuner(), 72)
+        assert sess.stats.tuned == 2
+        report = sess.cache.remote.report()
+        assert report["switched_off"] and report["failed_operations"] == 3
+        sess = session_factory(autotune_remote_cache=srv.url,
+                               autotune_remote_cache_ca_file=srv.ca_file,
+                               autotune_remote_cache_timeout_s=2.0)
+        tk.run(tk.make_tuner(), 40)
+        assert sess.cache.remote.report()["published"] == 1
+        sess = session_factory(autotune_remote_cache=srv.url,
+                               autotune_remote_cache_ca_file=srv.ca_file)
+        tk.run(tk.make_tuner(), 40)
+        assert (sess.stats.remote_hits, sess.stats.tuned) == (1, 0)
+    finally:
+        srv.stop()
+
+
 def test_password_in_url_is_refused_and_redacted(session_factory):
     with pytest.raises(autotune.AutotuneError) as info:
         session_factory(autotune_remote_cache="redis://ci:s3cret@h:1/0")
