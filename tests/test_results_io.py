@@ -410,3 +410,37 @@ def test_provenance_alone_leaves_candidates_undecoded():
             [e.provenance for e in codec.sort_entries(entries)]
         assert all(e._candidates is None for e in loaded)
         assert loaded == codec.sort_entries(entries)
+
+
+def test_every_file_the_writer_produces_loads_on_the_fast_path(monkeypatch):
+    """Quotes, backslashes, control and non-ASCII characters in any string
+    field, and string-valued config params (EVICTION="evict_last"), are
+    read without text_format, and the lines are copied when written back."""
+    rng = random.Random(5)
+    alphabet = ['a', ' ', '"', '\\', "'", '\n', '\t', '\x01', '\x7f', 'é',
+                '}', '{', ':', '=', '\u2028']
+
+    def text(n=8):
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, n)))
+    entries = []
+    for i in range(40):
+        best = Config({"BLOCK": 32, "EVICTION": "evict_last", "ACT": text()},
+                      num_warps=4, num_stages=2 + i % 2)
+        other = Config({"NOTE": text(), "SCALE": 1.5})
+        entries.append(Entry(
+            CacheKey("dev" + text(), "k" + text(), "fp", f"s{i}" + text()),
+            best, 1.5, [Candidate(best, 1.5),
+                        Candidate(other, 0.0, "TIMEOUT", text()),
+                        Candidate(other, 2.0, "NONE", text())],
+            Provenance(text(), "2.13.0", "", "t", 0.5, text(), 1.0)))
+    data = codec.encode(entries, "a.textproto")
+    reference = codec.decode_text_slow(data.decode(), "a.textproto")
+
+    def slow_path(*args, **kwargs):
+        raise AssertionError("text_format used")
+    monkeypatch.setattr(text_format, "Parse", slow_path)
+    for blob in (data, data[:data.rindex(b"# crc32: ")]):
+        loaded = codec.decode(blob, "a.textproto")
+        assert all(codec.copyable_rest(e) is not None for e in loaded)
+        assert codec.encode(loaded, "a.textproto") == data
+        assert loaded == reference == codec.sort_entries(entries)

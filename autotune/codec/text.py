@@ -46,13 +46,24 @@ def _quote(text):
     return '"' + text_encoding.CEscape(text, as_utf8=True) + '"'
 
 
+# The escapes _quote writes (text_encoding.CEscape with as_utf8): what the
+# fast reader decodes; any other escape goes to text_format.
+_ESCAPE = r"""\\(?:[nrt"'\\]|0[0-3][0-7]|177)"""
+_QUOTED = r'"(?:[^"\\\n]|' + _ESCAPE + r')*+"'
+_QUOTED_RE = re.compile(_QUOTED)
+
+
 def _unquote(token):
     if len(token) < 2 or token[0] != '"' or token[-1] != '"':
         raise _NotCanonical()
     body = token[1:-1]
-    if "\\" in body or '"' in body:
+    if "\\" not in body:
+        if '"' in body:
+            raise _NotCanonical()
+        return body
+    if _QUOTED_RE.fullmatch(token) is None:
         raise _NotCanonical()
-    return body
+    return text_encoding.CUnescape(body).decode("utf-8")
 
 
 def _format_config(config):
@@ -321,7 +332,14 @@ def _parse_config_fast(text):
     end = text.index('" num_warps: ')
     params = text[9:end]
     if "\\" in params or '"' in params:
-        raise _NotCanonical()
+        # Escaped quotes or backslashes (string-valued parameters): the
+        # quoted string ends at its first unescaped quote.
+        match = _QUOTED_RE.match(text, 8)
+        if match is None or not text.startswith('" num_warps: ',
+                                                match.end() - 1):
+            raise _NotCanonical()
+        end = match.end() - 1
+        params = _unquote(match.group())
     launch = {"num_warps": 0, "num_stages": 0, "num_ctas": 0}
     tokens = text[end + 2:].split(" ")
     if len(tokens) % 2:
@@ -352,7 +370,12 @@ def _parse_candidate_fast(line, memo):
     if not line.startswith(_CAND_PREFIX) or not line.endswith(" }"):
         raise _NotCanonical()
     body = line[len(_CAND_PREFIX):-2]
-    cut = body.find('" num_warps: ')
+    if "\\" in body:
+        # Escapes in the params: find their closing quote.
+        match = _QUOTED_RE.match(body, 8)
+        cut = match.end() - 1 if match else -1
+    else:
+        cut = body.find('" num_warps: ')
     end = body.find(" }", cut)
     if cut < 0 or end < 0:
         raise _NotCanonical()
@@ -378,7 +401,7 @@ def _parse_candidate_fast(line, memo):
 _PROVENANCE_STRINGS = ("triton_version", "torch_version", "cuda_version",
                        "timestamp", "tuner")
 _PROVENANCE_FLOATS = ("timing_spread", "tuning_seconds")
-_FIELD_RE = re.compile(r'(\w+): ("[^"\\]*"|[^ "]+)')
+_FIELD_RE = re.compile(r'(\w+): (' + _QUOTED + r'|[^ "]+)')
 
 
 def _parse_provenance_fast(line):
@@ -403,9 +426,12 @@ def _parse_provenance_fast(line):
 
 # Possessive quantifiers (Python 3.11+): the pattern never backtracks.
 _FLOAT = r"-?\d++(?:\.\d*+)?+(?:[eE][-+]?\d++)?+"
-_QUOTED = r'"[^"\\\n]*+"'
+# A string-valued parameter is JSON (ASCII, see records.Config) inside
+# the quoted params, so its quotes and backslashes appear escaped.
+_JSON_STRING = (r'\\"(?:[ !#-&(-\[\]-~]|' + r"\\'" + r'|\\\\(?:\\\\|\\"|'
+                r'[bfnrt/]|u[0-9a-fA-F]{4}))*+\\"')
 _PARAM_VALUE = (r"(?:-?\d++(?:\.\d*+)?+(?:[eE][-+]?\d++)?+|true|false|inf"
-                r"|-inf|nan)")
+                r"|-inf|nan|" + _JSON_STRING + ")")
 _PARAMS = r"(?:\w++=" + _PARAM_VALUE + r"(?: \w++=" + _PARAM_VALUE + r")*+)?+"
 _CAND_LINE = (r'  candidates \{ config \{ params: "' + _PARAMS + r'" num_warps: '
               r"\d++ num_stages: \d++(?: num_ctas: \d++)?+ \}"
@@ -417,7 +443,7 @@ _PROV_LINE = (r"  provenance \{(?: (?:triton_version|torch_version|"
               r"| (?:timing_spread|tuning_seconds): " + _FLOAT + r")++ \}\n")
 # The candidate and provenance lines of one canonical text entry, checked
 # in one C-speed match (what the writer produces; anything else is decoded
-# line by line; so do configs with string-valued parameters).
+# line by line).
 _REST_RE = re.compile(r"(?:" + _CAND_LINE + r")*+(?:" + _PROV_LINE + r")?+\}")
 
 
@@ -558,13 +584,14 @@ def _parse_text_fast(text, source, trusted=False):
     if not all(map(str.startswith, signatures,
                    itertools.repeat('  signature: "'))):
         raise _NotCanonical()
-    signatures = list(map(operator.getitem, signatures,
-                          itertools.repeat(slice(14, -1))))
-    quoted = "".join(map(_COLUMN[3], lines))
+    quoted = "".join(signatures)
     if quoted.count('"') != 2 * len(lines) or "\\" in quoted \
-            or not all(map(str.endswith, map(_COLUMN[3], lines),
-                           itertools.repeat('"'))):
-        raise _NotCanonical()
+            or not all(map(str.endswith, signatures, itertools.repeat('"'))):
+        # Quotes or escapes in some signature: each is checked alone.
+        signatures = [_header_value(line, "signature") for line in signatures]
+    else:
+        signatures = list(map(operator.getitem, signatures,
+                              itertools.repeat(slice(14, -1))))
     devices = column({}, list(map(_COLUMN[0], lines)),
                       lambda line, _: _header_value(line, "device"))
     kernels = column({}, list(map(_COLUMN[1], lines)),
