@@ -63,7 +63,8 @@ __all__ = sorted(_EXPORTS)
 
 _SUBMODULES = ("autotuner", "backends", "cache_key", "cache_storage",
                "cache_tool", "codec", "errors", "flags", "kernels", "records",
-               "results_io", "runtime", "search", "tuner")
+               "remote_cache", "remote_tool", "results_io", "runtime",
+               "search", "tuner")
 
 
 def __getattr__(name):

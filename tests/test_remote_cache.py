@@ -244,9 +244,10 @@ def test_remote_hit_is_its_own_kind_and_lands_in_the_directory(
 def test_set_if_absent_adopts_the_first_writers_entry(server, redis_db):
     winner = entry_for(tk.GOOD[0], device="cpu/x")
     loser = entry_for(tk.GOOD[1], device="cpu/x")
-    a = RemoteCache(server.url)
+    a = RemoteCache(server.url, expiry_s=600)
     b = RemoteCache(server.url)
     assert a.publish(winner) is winner
+    assert 0 < redis_db.ttl(a.key_name(winner.key)) <= 600
     assert b.publish(loser) == winner
     assert (a.published, b.published, b.adopted) == (1, 0, 1)
     assert b.lookup(loser.key) == winner
