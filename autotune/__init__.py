@@ -26,10 +26,35 @@ def _gpu_driver_visible():
     return nvidia or amd
 
 
+def _backend_flag():
+    """--autotune_backend's value in AUTOTUNE_FLAGS (the last one wins), or
+    None. Read here, before any kernel is decorated: Triton decides at
+    decoration time whether a kernel is interpreted."""
+    import shlex
+    try:
+        argv = shlex.split(_os.environ.get("AUTOTUNE_FLAGS", ""))
+    except ValueError:
+        return None  # the flags parser reports it, with context
+    value = None
+    for i, arg in enumerate(argv):
+        name, eq, rest = arg.lstrip("-").partition("=")
+        if not arg.startswith("-") or name != "autotune_backend":
+            continue
+        if eq:
+            value = rest
+        elif i + 1 < len(argv):
+            value = argv[i + 1]
+    return value
+
+
 def _select_interpreter_early():
     if _os.environ.get("TRITON_INTERPRET") is not None:
         return
-    if "--autotune_backend=gpu" in _os.environ.get("AUTOTUNE_FLAGS", ""):
+    backend = _backend_flag()
+    if backend == "interpreter":
+        _os.environ["TRITON_INTERPRET"] = "1"
+        return
+    if backend == "gpu":
         return
     if _gpu_driver_visible():
         # A driver is there; torch says whether it has a usable device.
@@ -56,6 +81,7 @@ _EXPORTS = {
     "autotune": "autotune.autotuner", "configure": "autotune.runtime",
     "session": "autotune.runtime", "tune": "autotune.autotuner",
     "Space": "autotune.search.space",
+    "device": "autotune.backends",
 }
 
 __all__ = sorted(_EXPORTS)

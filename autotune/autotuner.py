@@ -159,13 +159,14 @@ class Autotuner:
         reference = None
         if self.reference is not None:
             def reference(**_tensors):
-                self.reference(**named)
+                return self.reference(**named)  # may return (rtol, atol)
         evaluator = tuner.CandidateEvaluator(
             sess.backend,
             lambda config: self._launch(config, grid, args, kwargs, named),
             tensors, outputs=self.outputs, reference=reference,
             rtol=self.rtol, atol=self.atol, timeout_s=self.timeout_s,
-            restore=self.restore_value, on_benchmark=sess.count_benchmark)
+            restore=self.restore_value, on_benchmark=sess.count_benchmark,
+            name=self.name)
         if self.space is None or self.search == "exhaustive":
             configs = self.configs if self.space is None else \
                 self.space.configs()

@@ -3,8 +3,8 @@
 The tuner only sees this interface: a device key, version facts for
 provenance, a way to time a callable, and a way to classify failures.
 
-- GpuBackend: CUDA events, warm-up, an L2 flush before every repetition,
-  median of the repetitions.
+- GpuBackend: triton.testing.do_bench (CUDA events, warm-up, the driver's
+  L2 flush before every repetition), median of the repetitions.
 - InterpreterBackend: Triton's interpreter (TRITON_INTERPRET=1) on the CPU.
   Its timings are not GPU timings, but every flow (tune, dump, load, hit,
   miss, require-complete) runs the same code.
@@ -42,19 +42,74 @@ def _versions():
             "torch_version": torch_version, "cuda_version": cuda_version}
 
 
+def _error_types():
+    """Triton's and torch's exception types, by failure kind. Imported where
+    they are defined (triton.runtime.errors, triton.compiler.errors) and
+    looked up defensively: each exists in Triton 3.6 to 3.9, but a missing
+    one must not stop the runtime."""
+    global _ERROR_TYPES
+    if _ERROR_TYPES is None:
+        import importlib
+
+        def collect(*names):
+            found = []
+            for module_name, attr in names:
+                try:
+                    module = importlib.import_module(module_name)
+                except ImportError:
+                    continue
+                cls = getattr(module, attr, None)
+                if isinstance(cls, type) and issubclass(cls, BaseException):
+                    found.append(cls)
+            return tuple(found)
+
+        _ERROR_TYPES = {
+            "OUT_OF_RESOURCES": collect(
+                ("triton.runtime.errors", "OutOfResources"),
+                ("torch", "OutOfMemoryError")),
+            "COMPILE_ERROR": collect(
+                ("triton.compiler.errors", "CompilationError"),
+                ("triton.runtime.errors", "PTXASError")),
+            "INTERPRETER": collect(
+                ("triton.runtime.errors", "InterpreterError")),
+        }
+    return _ERROR_TYPES
+
+
+_ERROR_TYPES = None
+
+# CUDA errors after which the context is unusable: every later CUDA call in
+# the process fails with the same error, whatever it does.
+_CONTEXT_FATAL = ("illegal memory access", "illegal address",
+                  "illegal instruction", "misaligned address",
+                  "unspecified launch failure", "device-side assert",
+                  "hardware stack error", "invalid program counter",
+                  "cuda_error_illegal_address", "cuda_error_launch_failed",
+                  "cuda_error_illegal_instruction",
+                  "cuda_error_misaligned_address", "cuda_error_assert")
+
+
+def corrupts_context(exc):
+    """Whether `exc` reports a CUDA error that leaves the context unusable
+    (an illegal address, a device-side assert, ...)."""
+    if not isinstance(exc, RuntimeError):  # torch.AcceleratorError is one
+        return False
+    text = str(exc).lower()
+    return "cuda" in text and any(s in text for s in _CONTEXT_FATAL)
+
+
 def classify_failure(exc):
     """Maps an exception raised by compiling or running a candidate to a
     FailureKind name of the schema."""
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if "OutOfResources" in names or "OutOfMemoryError" in names:
+    types = _error_types()
+    if isinstance(exc, types["OUT_OF_RESOURCES"]):
         return "OUT_OF_RESOURCES"
-    if names & {"CompilationError", "CompileTimeAssertionFailure",
-                "PTXASError", "MLIRCompilationError"}:
+    if isinstance(exc, types["COMPILE_ERROR"]):
         return "COMPILE_ERROR"
-    text = str(exc).lower()
-    if "out of resource" in text or "out of memory" in text:
+    if isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower():
+        # A CUDA allocation that fails outside torch's allocator.
         return "OUT_OF_RESOURCES"
-    if "InterpreterError" in names and _raised_in_triton_language(
+    if isinstance(exc, types["INTERPRETER"]) and _raised_in_triton_language(
             exc.__cause__):
         # The interpreter runs the language's checks (block shapes, types)
         # as the kernel runs; compiled for a GPU they fail the compile.
@@ -77,6 +132,12 @@ class Backend:
     warmup = 1
     repetitions = 3
 
+    @property
+    def device(self):
+        """The torch device whose tensors this backend's kernels take."""
+        import torch
+        return torch.device("cpu")
+
     def device_key(self):
         raise NotImplementedError
 
@@ -86,8 +147,11 @@ class Backend:
     def synchronize(self):
         pass
 
-    def time(self, run):
-        """Times `run` (one launch); returns a Timing in microseconds."""
+    def time(self, run, setup=None):
+        """Times `run` (one launch); returns a Timing in microseconds.
+        `setup`, when given, runs before every repetition (restoring the
+        arguments of a kernel that updates them in place) and is not part
+        of the time."""
         raise NotImplementedError
 
 
@@ -105,11 +169,15 @@ class InterpreterBackend(Backend):
         import triton
         return f"cpu/triton-interpreter/triton-{triton.__version__}"
 
-    def time(self, run):
+    def time(self, run, setup=None):
         for _ in range(self.warmup):
+            if setup is not None:
+                setup()
             run()
         samples = []
         for _ in range(self.repetitions):
+            if setup is not None:
+                setup()
             start = time.perf_counter()
             run()
             samples.append((time.perf_counter() - start) * 1e6)
@@ -117,6 +185,10 @@ class InterpreterBackend(Backend):
 
 
 class GpuBackend(Backend):
+    """Times with triton.testing.do_bench: CUDA events, warm-up and
+    repetitions sized by time, and the driver's own L2 flush before every
+    repetition."""
+
     name = "gpu"
 
     def __init__(self, warmup_ms=25.0, rep_ms=100.0, device=None):
@@ -124,11 +196,20 @@ class GpuBackend(Backend):
         if not torch.cuda.is_available():
             raise BackendError("the gpu backend needs a CUDA device; none is "
                                "visible (use --autotune_backend=interpreter)")
+        if interpreter_selected():
+            raise BackendError(
+                "--autotune_backend=gpu: TRITON_INTERPRET=1 is set, so "
+                "kernels run on Triton's interpreter; unset it")
         self.torch = torch
-        self.device = torch.device(device or "cuda")
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self._device = torch.device(device)
         self.warmup_ms = warmup_ms
         self.rep_ms = rep_ms
-        self._flush = None
+
+    @property
+    def device(self):
+        return self._device
 
     def device_key(self):
         torch = self.torch
@@ -140,45 +221,48 @@ class GpuBackend(Backend):
     def synchronize(self):
         self.torch.cuda.synchronize(self.device)
 
-    def _l2_flush(self):
-        # Larger than any L2 (H200: 60 MB): every repetition starts cold.
-        if self._flush is None:
-            self._flush = self.torch.empty(256 * 1024 * 1024 // 4,
-                                           dtype=self.torch.int32,
-                                           device=self.device)
-        self._flush.zero_()
+    def _bench_ms(self, fn):
+        from triton.testing import do_bench
+        with self.torch.cuda.device(self.device):
+            # quantiles (not return_mode="all"): the same call on Triton 3.6+.
+            low, median, high = do_bench(fn, warmup=self.warmup_ms,
+                                         rep=self.rep_ms,
+                                         quantiles=[0.0, 0.5, 1.0])
+        return low, median, high
 
-    def time(self, run):
-        torch = self.torch
-        run()
-        self.synchronize()
-        # Estimate one launch, then size warm-up and repetitions by time.
-        start, end = (torch.cuda.Event(enable_timing=True),
-                      torch.cuda.Event(enable_timing=True))
-        start.record()
-        for _ in range(5):
-            self._l2_flush()
+    def time(self, run, setup=None):
+        if setup is None:
+            low, median, high = self._bench_ms(run)
+            return Timing([low * 1e3, median * 1e3, high * 1e3])
+
+        # do_bench has no untimed set-up step: time set-up + launch, and
+        # the set-up alone, and subtract the set-up's median.
+        def both():
+            setup()
             run()
-        end.record()
-        self.synchronize()
-        estimate = max(start.elapsed_time(end) / 5, 1e-3)
-        for _ in range(max(1, int(self.warmup_ms / estimate))):
-            run()
-        reps = max(5, min(1000, int(self.rep_ms / estimate)))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for i in range(reps):
-            self._l2_flush()
-            starts[i].record()
-            run()
-            ends[i].record()
-        self.synchronize()
-        return Timing([s.elapsed_time(e) * 1000.0
-                       for s, e in zip(starts, ends)])
+        low, median, high = self._bench_ms(both)
+        setup_ms = self._bench_ms(setup)[1]
+        return Timing([max(v - setup_ms, 0.0) * 1e3
+                       for v in (low, median, high)])
+
+
+def interpreter_selected():
+    """Whether Triton runs kernels on its interpreter (TRITON_INTERPRET is
+    read when a kernel is decorated)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in (
+        "1", "true", "on", "yes")
+
+
+def device():
+    """The torch device the current session's backend runs kernels on:
+    tests, examples and benchmarks create their tensors there (CUDA
+    tensors for the GPU backend, CPU tensors for the interpreter)."""
+    from autotune import runtime
+    return runtime.session().backend.device
 
 
 def gpu_available():
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if interpreter_selected():
         return False
     try:
         import torch
@@ -191,6 +275,13 @@ def select_backend(name="auto"):
     if name not in BACKEND_NAMES:
         raise BackendError(f"unknown backend {name!r}; expected one of "
                            f"{', '.join(BACKEND_NAMES)}")
+    if name == "interpreter" and not interpreter_selected():
+        # Kernels were decorated for the GPU: they would compile for it and
+        # be timed without synchronising.
+        raise BackendError(
+            "--autotune_backend=interpreter: kernels were not decorated "
+            "under Triton's interpreter; put the flag in AUTOTUNE_FLAGS (or "
+            "set TRITON_INTERPRET=1) before `import autotune` and the kernels")
     if name == "gpu" or (name == "auto" and gpu_available()):
         return GpuBackend()
     return InterpreterBackend()

@@ -18,13 +18,65 @@ class TuningError(Exception):
     pass
 
 
+class DeviceContextLostError(TuningError):
+    """A candidate left the CUDA context unusable (an illegal address, a
+    device-side assert): CUDA cannot recover it inside the process, so the
+    run stops here, naming the kernel and the config, instead of failing
+    later with an unrelated error."""
+
+
+# Set once a candidate has corrupted the context: every later tuning in the
+# process stops with the same message.
+_context_lost = None
+
+
+def _stop_for_lost_context(name, config, exc):
+    global _context_lost
+    detail = _detail(exc)
+    _context_lost = DeviceContextLostError(
+        f"autotune: {name or 'kernel'} with config {config} corrupted the "
+        f"CUDA context ({detail}); nothing can run on this device in this "
+        "process any more, so tuning stops. Fix the kernel for this config "
+        "or remove the config.")
+    raise _context_lost from exc
+
+
 def default_tolerance(dtype):
+    """(rtol, atol) for outputs of `dtype` computed elementwise or by short
+    reductions; kernels with long dot products derive theirs with
+    dot_tolerance()."""
     name = str(dtype)
     if "float16" in name or "bfloat16" in name:
         return 2e-2, 2e-2
     if "float8" in name:
         return 1e-1, 1e-1
     return 1e-3, 1e-4
+
+
+# Unit roundoff of fp32, and of tf32 (10 explicit mantissa bits): fp32
+# tl.dot rounds its inputs to tf32 on sm_80+ unless the kernel asks for
+# input_precision="ieee" (or "tf32x3", which recovers fp32 accuracy).
+FP32_UNIT_ROUNDOFF = 2.0 ** -24
+TF32_UNIT_ROUNDOFF = 2.0 ** -11
+
+
+def dot_tolerance(dtype, k, input_precision="ieee", scale=1.0):
+    """(rtol, atol) for outputs that are dot products of length `k` of
+    `dtype` inputs, accumulated in fp32, compared with an fp32 reference.
+
+    `scale` is the product of the inputs' root-mean-square magnitudes.
+    Rounding the inputs (tf32) errs by about u_in * sqrt(k) * scale on
+    random-sign data, and a different accumulation order (another BLOCK_K)
+    by about u_fp32 * k * scale; 16 times their sum leaves room for the
+    largest of many outputs while a wrong result (a missed tile, a wrong
+    epilogue) stays far outside."""
+    rtol, atol = default_tolerance(dtype)
+    tf32_inputs = ("float32" in str(dtype) and "bfloat" not in str(dtype)
+                   and input_precision == "tf32")
+    input_roundoff = TF32_UNIT_ROUNDOFF if tf32_inputs else 0.0
+    root_k = math.sqrt(max(int(k), 1))
+    bound = 16.0 * root_k * (input_roundoff + root_k * FP32_UNIT_ROUNDOFF)
+    return max(rtol, 16.0 * input_roundoff), max(atol, bound * scale)
 
 
 class CandidateEvaluator:
@@ -40,13 +92,19 @@ class CandidateEvaluator:
 
     def __init__(self, backend, launch, tensors, outputs=None, reference=None,
                  rtol=None, atol=None, timeout_s=60.0, restore=None,
-                 on_benchmark=None):
+                 on_benchmark=None, name=None):
+        if _context_lost is not None:
+            raise _context_lost
         self.backend = backend
+        self.name = name
         self.launch = launch
         self.tensors = tensors
         self.outputs = list(outputs) if outputs else list(tensors)
         restore_names = list(restore) if restore is not None else list(tensors)
         self.snapshots = {n: tensors[n].clone() for n in restore_names}
+        # Named arguments are updated in place: restored before every timed
+        # repetition too, outside the time.
+        self.restore_between_runs = restore is not None
         self.rtol, self.atol = rtol, atol
         self.timeout_s = timeout_s
         self.on_benchmark = on_benchmark
@@ -54,8 +112,15 @@ class CandidateEvaluator:
         self.reference_config = None
         if reference is not None:
             self._restore()
-            reference(**tensors)
+            tolerance = reference(**tensors)
             self.expected = self._capture()
+            if isinstance(tolerance, tuple) and len(tolerance) == 2:
+                # A reference may return the (rtol, atol) its outputs call
+                # for (for example from dot_tolerance); explicit ones win.
+                self.rtol = self.rtol if self.rtol is not None else \
+                    tolerance[0]
+                self.atol = self.atol if self.atol is not None else \
+                    tolerance[1]
 
     def _restore(self):
         for name, snap in self.snapshots.items():
@@ -95,6 +160,8 @@ class CandidateEvaluator:
             self.launch(config)
             self.backend.synchronize()
         except Exception as e:  # a candidate may fail in any way; classify
+            if backends.corrupts_context(e):
+                _stop_for_lost_context(self.name, config, e)
             return Candidate(config, 0.0, backends.classify_failure(e),
                              _detail(e)), None
         first_run_s = time.perf_counter() - start
@@ -111,8 +178,12 @@ class CandidateEvaluator:
             if mismatch:
                 return Candidate(config, 0.0, "WRONG_RESULT", mismatch), None
         try:
-            timing = self.backend.time(lambda: self.launch(config))
+            timing = self.backend.time(
+                lambda: self.launch(config),
+                self._restore if self.restore_between_runs else None)
         except Exception as e:
+            if backends.corrupts_context(e):
+                _stop_for_lost_context(self.name, config, e)
             return Candidate(config, 0.0, backends.classify_failure(e),
                              _detail(e)), None
         return Candidate(config, timing.median_us), timing

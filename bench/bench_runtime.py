@@ -112,15 +112,18 @@ def bench_hit_overhead():
     import torch
     from autotune.kernels import matmul
     autotune.configure()
-    a, b = torch.randn(32, 32), torch.randn(32, 32)
-    bias, c = torch.randn(32), torch.empty(32, 32)
+    dev = autotune.device()  # the backend's device: CUDA on a GPU
+    a, b = torch.randn(32, 32, device=dev), torch.randn(32, 32, device=dev)
+    bias, c = torch.randn(32, device=dev), torch.empty(32, 32, device=dev)
     matmul.matmul_bias_act(a, b, bias)  # tunes once
     tuned = matmul.matmul_bias_act_kernel
     args = (a, b, bias, c, 32, 32, 32, 32, 1, 32, 1, 32, 1)
+    precision = matmul.input_precision(a.dtype)
     samples = []
     for _ in range(20000):
         start = time.perf_counter()
-        tuned.lookup_config(*args, ACTIVATION="relu")
+        tuned.lookup_config(*args, ACTIVATION="relu",
+                            INPUT_PRECISION=precision)
         samples.append(time.perf_counter() - start)
     report("hit overhead per call, key + lookup (median)",
            statistics.median(samples) * 1e6, "us", 10)

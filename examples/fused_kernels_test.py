@@ -17,6 +17,12 @@ class FusedKernelsTest(absltest.TestCase):
 
     def setUp(self):
         torch.manual_seed(0)
+        # Tensors on the device the backend runs kernels on: CUDA for the
+        # GPU backend, CPU for the interpreter.
+        self.device = autotune.device()
+
+    def randn(self, *shape):
+        return torch.randn(*shape, device=self.device)
 
     def tearDown(self):
         session = autotune.session()
@@ -26,11 +32,12 @@ class FusedKernelsTest(absltest.TestCase):
                              session.summary_line())
 
     def _matmul(self, m, n, k, activation):
-        a, b, bias = torch.randn(m, k), torch.randn(k, n), torch.randn(n)
+        a, b, bias = self.randn(m, k), self.randn(k, n), self.randn(n)
         got = matmul.matmul_bias_act(a, b, bias, activation)
+        rtol, atol = matmul.tolerance(a, b)  # tf32-aware
         torch.testing.assert_close(got, matmul.reference(a, b, bias,
                                                          activation),
-                                   rtol=1e-4, atol=1e-4)
+                                   rtol=rtol, atol=atol)
 
     def test_matmul_relu(self):
         self._matmul(32, 32, 32, "relu")
@@ -39,21 +46,21 @@ class FusedKernelsTest(absltest.TestCase):
         self._matmul(40, 24, 48, "leaky_relu")
 
     def test_softmax_wide_rows(self):
-        x = torch.randn(8, 96)
+        x = self.randn(8, 96)
         torch.testing.assert_close(softmax.softmax(x), softmax.reference(x))
 
     def test_softmax_few_rows(self):
-        x = torch.randn(3, 20)
+        x = self.randn(3, 20)
         torch.testing.assert_close(softmax.softmax(x), softmax.reference(x))
 
     def test_layernorm(self):
-        x, w, b = torch.randn(4, 80), torch.randn(80), torch.randn(80)
+        x, w, b = self.randn(4, 80), self.randn(80), self.randn(80)
         torch.testing.assert_close(layernorm.layernorm(x, w, b),
                                    layernorm.reference(x, w, b),
                                    rtol=1e-4, atol=1e-4)
 
     def test_layernorm_short_rows(self):
-        x, w, b = torch.randn(2, 30), torch.randn(30), torch.randn(30)
+        x, w, b = self.randn(2, 30), self.randn(30), self.randn(30)
         torch.testing.assert_close(layernorm.layernorm(x, w, b),
                                    layernorm.reference(x, w, b),
                                    rtol=1e-4, atol=1e-4)

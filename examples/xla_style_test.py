@@ -16,7 +16,7 @@ from autotune.kernels import softmax
 class XlaStyleTest(absltest.TestCase):
 
     def test_softmax_fusion(self):
-        x = torch.randn(4, 48)
+        x = torch.randn(4, 48, device=autotune.device())
         torch.testing.assert_close(softmax.softmax(x), softmax.reference(x))
         session = autotune.session()
         options = session.options

@@ -47,11 +47,12 @@ def test_outputs_are_restored_between_candidates(session_factory):
         m = offs < n
         tl.store(y + offs, tl.load(y + offs, mask=m) + 1.0, mask=m)
 
-    y = torch.zeros(32)
+    dev = autotune.device()
+    y = torch.zeros(32, device=dev)
     accumulate[lambda meta: (triton.cdiv(32, meta["BLOCK"]),)](
-        torch.zeros(32), y, 32, 1.0)
+        torch.zeros(32, device=dev), y, 32, 1.0)
     # Each candidate ran several times, but the real launch saw zeros.
-    assert torch.equal(y, torch.ones(32))
+    assert torch.equal(y, torch.ones(32, device=dev))
 
 
 def test_reference_function_rejects_a_wrong_first_candidate(session_factory):
@@ -161,7 +162,7 @@ def test_lookup_config_reports_hit_config(session_factory):
     sess = session_factory()
     tuned = tk.make_tuner()
     tk.run(tuned, 33)
-    x = torch.zeros(33)
+    x = torch.zeros(33, device=autotune.device())
     config = tuned.lookup_config(x, x, 33, 2.0)
     assert config == next(iter(sess.cache.memory.values())).best
 
@@ -230,7 +231,9 @@ def test_keyword_tensors_in_another_order_are_another_fusion(session_factory):
     sess = session_factory()
     tuned = tk.make_tuner(configs=tk.GOOD)
     n = 40
-    x32, y16 = torch.arange(n, dtype=torch.float32), torch.empty(n).half()
+    dev = autotune.device()
+    x32 = torch.arange(n, dtype=torch.float32, device=dev)
+    y16 = torch.empty(n, device=dev).half()
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)  # noqa: E731
     tuned[grid](x=x32, y=y16, n=n, alpha=2.0)
     assert sess.stats.tuned == 1
@@ -260,10 +263,10 @@ def test_failures_are_classified():
         "RUNTIME_ERROR"
     assert classify_failure(RuntimeError("CUDA error: out of memory")) == \
         "OUT_OF_RESOURCES"
-
-    class OutOfResources(Exception):
-        pass
-    assert classify_failure(OutOfResources("shared memory")) == \
+    # Triton's own class (a look-alike of the same name is not one).
+    from triton.runtime.errors import OutOfResources
+    assert classify_failure(OutOfResources(1 << 20, 232448,
+                                           "shared memory")) == \
         "OUT_OF_RESOURCES"
 
 

@@ -36,7 +36,7 @@ def make_tuner(configs=None, **options):
 
 
 def run(tuned, n, alpha=2.0):
-    x = torch.arange(n, dtype=torch.float32)
+    x = torch.arange(n, dtype=torch.float32, device=autotune.device())
     y = torch.empty_like(x)
     tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n, alpha)
     return x, y

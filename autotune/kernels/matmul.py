@@ -1,4 +1,14 @@
-"""C = activation(A @ B + bias): a matmul with a fused epilogue."""
+"""C = activation(A @ B + bias): a matmul with a fused epilogue.
+
+fp32 inputs: tl.dot rounds them to tf32 on sm_80+ by default. This kernel
+takes the input precision as a constexpr and the launcher follows torch:
+"ieee" (true fp32) under torch's default float32 matmul precision
+("highest"), "tf32" when torch.set_float32_matmul_precision("high") or
+"medium" allows it, so the tuned kernel computes what torch.matmul would.
+The reference returns tolerances derived from the dtype, the precision and
+K (autotune.tuner.dot_tolerance): a tf32 candidate is not judged wrong for
+being tf32.
+"""
 import torch
 import triton
 import triton.language as tl
@@ -25,8 +35,28 @@ CONFIGS = [
 
 
 def _reference(a, b, bias, c, M, N, K, stride_am, stride_ak, stride_bk,
-               stride_bn, stride_cm, stride_cn, ACTIVATION, **_):
+               stride_bn, stride_cm, stride_cn, ACTIVATION,
+               INPUT_PRECISION="ieee", **_):
     c.copy_(reference(a, b, bias, ACTIVATION).to(c.dtype))
+    return tolerance(a, b, INPUT_PRECISION)
+
+
+def input_precision(dtype):
+    """tl.dot's input precision for `dtype` inputs, following torch's
+    float32 matmul precision (tf32 only where torch would use it)."""
+    if dtype == torch.float32 and \
+            torch.get_float32_matmul_precision() != "highest":
+        return "tf32"
+    return "ieee"
+
+
+def tolerance(a, b, precision=None):
+    """(rtol, atol) for comparing this kernel's output with reference()."""
+    from autotune.tuner import dot_tolerance
+    precision = precision or input_precision(a.dtype)
+    scale = (a.float().pow(2).mean().sqrt()
+             * b.float().pow(2).mean().sqrt()).item()
+    return dot_tolerance(a.dtype, a.shape[1], precision, scale)
 
 
 @autotune(configs=CONFIGS, key=["M", "N", "K"], reference=_reference,
@@ -36,7 +66,8 @@ def matmul_bias_act_kernel(a, b, bias, c, M, N, K, stride_am, stride_ak,
                            stride_bk, stride_bn, stride_cm, stride_cn,
                            ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           GROUP_M: tl.constexpr):
+                           GROUP_M: tl.constexpr,
+                           INPUT_PRECISION: tl.constexpr = "ieee"):
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
@@ -56,7 +87,7 @@ def matmul_bias_act_kernel(a, b, bias, c, M, N, K, stride_am, stride_ak,
                          mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         b_tile = tl.load(b + kk[:, None] * stride_bk + rn[None, :] * stride_bn,
                          mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a_tile, b_tile)
+        acc += tl.dot(a_tile, b_tile, input_precision=INPUT_PRECISION)
     acc += tl.load(bias + rn, mask=rn < N, other=0.0)[None, :]
     acc = _apply_activation(acc, ACTIVATION)
     tl.store(c + rm[:, None] * stride_cm + rn[None, :] * stride_cn,
@@ -74,7 +105,8 @@ def matmul_bias_act(a, b, bias, activation="relu"):
     matmul_bias_act_kernel[grid](a, b, bias, c, M, N, K, a.stride(0),
                                  a.stride(1), b.stride(0), b.stride(1),
                                  c.stride(0), c.stride(1),
-                                 ACTIVATION=activation)
+                                 ACTIVATION=activation,
+                                 INPUT_PRECISION=input_precision(a.dtype))
     return c
 
 
@@ -105,25 +137,28 @@ def candidate_objective(device, M=48, N=48, K=64, activation="relu",
     from autotune.search.evolutionary import Measurement
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    on_gpu = backends.gpu_available()
-    dev = "cuda" if on_gpu else "cpu"
+    backend = backends.select_backend("auto")
+    dev = backend.device
     a, b = torch.randn(M, K, device=dev), torch.randn(K, N, device=dev)
     bias, c = torch.randn(N, device=dev), torch.empty(M, N, device=dev)
     kernel = matmul_bias_act_kernel.kernel
+    precision = input_precision(a.dtype)
 
     def launch(config):
         grid = (triton.cdiv(M, config.kwargs["BLOCK_M"])
                 * triton.cdiv(N, config.kwargs["BLOCK_N"]),)
         kernel[grid](a, b, bias, c, M, N, K, a.stride(0), a.stride(1),
                      b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                     ACTIVATION=activation, **config.all_kwargs())
+                     ACTIVATION=activation, INPUT_PRECISION=precision,
+                     **config.all_kwargs())
 
     def write_reference(**_):
         c.copy_(reference(a, b, bias, activation))
+        return tolerance(a, b, precision)
     evaluator = tuner.CandidateEvaluator(
-        backends.select_backend("auto"), launch,
-        {"a": a, "b": b, "bias": bias, "c": c}, outputs=["c"],
-        reference=write_reference, rtol=1e-4, atol=1e-4)
+        backend, launch, {"a": a, "b": b, "bias": bias, "c": c},
+        outputs=["c"], reference=write_reference,
+        name="matmul_bias_act_kernel")
 
     def objective(config):
         candidate, timing = evaluator(config)
