@@ -13,9 +13,11 @@ A worker that dies loses nothing the others measured: its in-flight
 candidate is retried on another worker (`retries` times), then recorded as
 a RUNTIME_ERROR naming the lost worker, and a replacement worker starts.
 """
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import threading
 import time
 
 from autotune.search.evolutionary import Measurement
@@ -23,11 +25,12 @@ from autotune.search.evolutionary import Measurement
 _STOP = None
 
 
-def _worker_main(factory, device, conn, set_visible_device):
+def _worker_main(factory, device, conn):
     # Results go back over a pipe with synchronous sends: whatever a worker
     # reported before dying is readable after its death.
-    if set_visible_device:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
+    # CUDA_VISIBLE_DEVICES was set in the environment the worker started
+    # with (see _start): setting it here would be too late, unpickling this
+    # function and the factory has imported autotune and torch already.
     objective = factory(device)
     while True:
         try:
@@ -45,6 +48,23 @@ def _worker_main(factory, device, conn, set_visible_device):
         conn.send((task_id, payload))
 
 
+_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _visible_devices(device):
+    with _ENV_LOCK:
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
+        try:
+            yield
+        finally:
+            if saved is None:
+                del os.environ["CUDA_VISIBLE_DEVICES"]
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+
 class ParallelEvaluator:
     def __init__(self, factory, devices=("cpu0", "cpu1"), retries=1,
                  gpu=False, start_method="spawn", depth=2):
@@ -55,6 +75,11 @@ class ParallelEvaluator:
         self.retries = retries
         self.depth = depth
         self.gpu = gpu
+        if gpu and start_method != "spawn":
+            # A forked worker inherits the parent's CUDA state, and a fork
+            # server its environment at start: only a spawned worker starts
+            # with its own CUDA_VISIBLE_DEVICES.
+            raise ValueError("GPU workers need start_method='spawn'")
         self.ctx = multiprocessing.get_context(start_method)
         self.workers = [self._start(d) for d in self.devices]
         self.lost_workers = 0
@@ -62,9 +87,15 @@ class ParallelEvaluator:
     def _start(self, device):
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=_worker_main,
-                                args=(self.factory, device, child, self.gpu),
+                                args=(self.factory, device, child),
                                 daemon=True)
-        proc.start()
+        if self.gpu:
+            # A spawned interpreter gets the parent's environment at exec
+            # time: pinned before it imports anything.
+            with _visible_devices(device):
+                proc.start()
+        else:
+            proc.start()
         child.close()
         return {"device": device, "proc": proc, "conn": parent, "busy": []}
 

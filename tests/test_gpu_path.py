@@ -1,0 +1,235 @@
+"""The GPU path, checked on the CPU: Triton's own exception types, TF32-aware
+tolerances, a corrupted CUDA context, worker pinning, backend selection,
+restoring in-place arguments between timed repetitions."""
+import functools
+import os
+
+import pytest
+import torch
+
+import autotune
+from autotune import backends, tuner
+from autotune.records import Config
+from autotune.search import evolutionary as ev
+from autotune.search.parallel import ParallelEvaluator
+
+
+# -- failure classification with Triton's real exception types -------------
+
+def _gpu_compile_error():
+    """A real CompilationError: an fp16 tl.dot with K=8 (the hardware
+    minimum is 16), compiled for sm_90 with Triton's own compiler."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    def small_dot(a, c, K: tl.constexpr):
+        r = tl.arange(0, 16)
+        k = tl.arange(0, K)
+        x = tl.load(a + r[:, None] * K + k[None, :])
+        y = tl.load(a + k[:, None] * 16 + r[None, :])
+        tl.store(c + r[:, None] * 16 + r[None, :], tl.dot(x, y))
+
+    source = ASTSource(JITFunction(small_dot),
+                       {"a": "*fp16", "c": "*fp32", "K": "constexpr"},
+                       constexprs={"K": 8})
+    try:
+        triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4})
+    except Exception as e:  # noqa: BLE001 -- the test inspects it
+        return e
+    raise AssertionError("K=8 fp16 dot compiled for sm_90")
+
+
+def test_real_triton_and_torch_errors_are_classified():
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources, PTXASError
+    error = _gpu_compile_error()
+    assert isinstance(error, CompilationError)
+    assert backends.classify_failure(error) == "COMPILE_ERROR"
+    assert backends.classify_failure(PTXASError("ptxas fatal")) == \
+        "COMPILE_ERROR"
+    assert backends.classify_failure(
+        OutOfResources(300000, 232448, "shared memory")) == "OUT_OF_RESOURCES"
+    assert backends.classify_failure(
+        torch.OutOfMemoryError("CUDA out of memory")) == "OUT_OF_RESOURCES"
+    assert backends.classify_failure(ValueError("x")) == "RUNTIME_ERROR"
+
+    class CompilationErrorLookalike(Exception):
+        pass
+    # Classified by type, not by name.
+    assert backends.classify_failure(CompilationErrorLookalike()) == \
+        "RUNTIME_ERROR"
+
+
+# -- a candidate that corrupts the CUDA context ------------------------------
+
+def _illegal_address():
+    # What torch raises at the synchronize after a kernel's bad access.
+    return torch.AcceleratorError(
+        "CUDA error: an illegal memory access was encountered")
+
+
+def test_corrupted_context_stops_tuning_with_one_message(monkeypatch):
+    monkeypatch.setattr(tuner, "_context_lost", None)
+    y = torch.zeros(4)
+    bad = Config({"BLOCK": 64})
+
+    def launch(config):
+        if config == bad:
+            raise _illegal_address()
+        y.fill_(1.0)
+
+    evaluator = tuner.CandidateEvaluator(
+        backends.InterpreterBackend(repetitions=1), launch, {"y": y},
+        name="copy_kernel")
+    with pytest.raises(tuner.DeviceContextLostError) as raised:
+        tuner.run_candidates(evaluator,
+                             [Config({"BLOCK": 16}), bad, Config({"BLOCK": 32})])
+    message = str(raised.value)
+    assert "copy_kernel" in message and "BLOCK" in message and "64" in message
+    assert "illegal memory access" in message and "\n" not in message
+    # Every later tuning in the process stops with the same message.
+    with pytest.raises(tuner.DeviceContextLostError) as again:
+        tuner.CandidateEvaluator(backends.InterpreterBackend(), launch,
+                                 {"y": y})
+    assert again.value is raised.value
+
+
+def test_ordinary_runtime_errors_do_not_stop_tuning(monkeypatch):
+    monkeypatch.setattr(tuner, "_context_lost", None)
+    y = torch.zeros(4)
+
+    def launch(config):
+        if config.kwargs["BLOCK"] == 64:
+            raise RuntimeError("Triton Error [CUDA]: invalid argument")
+        y.fill_(1.0)
+    evaluator = tuner.CandidateEvaluator(
+        backends.InterpreterBackend(repetitions=1), launch, {"y": y})
+    result = tuner.run_candidates(evaluator, [Config({"BLOCK": 64}),
+                                              Config({"BLOCK": 16})])
+    assert [c.failure for c in result.candidates] == ["RUNTIME_ERROR", "NONE"]
+
+
+# -- in-place kernels: arguments restored before every timed repetition ----
+
+def test_in_place_arguments_are_restored_between_timed_repetitions():
+    y = torch.zeros(4)
+    seen = []
+
+    def launch(config):
+        seen.append(y[0].item())
+        y.add_(1.0)  # updates its argument in place
+    evaluator = tuner.CandidateEvaluator(
+        backends.InterpreterBackend(warmup=1, repetitions=3), launch,
+        {"y": y}, restore=["y"])
+    evaluator(Config({"BLOCK": 16}))
+    assert seen == [0.0] * 5  # first run, warm-up, three repetitions
+
+
+# -- TF32-aware tolerances ---------------------------------------------------
+
+def _tf32(x):
+    # What sm_80+ tensor cores read of an fp32 operand: 10 mantissa bits.
+    return (x.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+def test_tf32_result_is_within_tf32_tolerance_not_within_fp32():
+    torch.manual_seed(0)
+    k = 1024
+    a, b = torch.randn(64, k), torch.randn(k, 64)
+    want = a.double() @ b.double()
+    got = (_tf32(a).double() @ _tf32(b).double()).float()
+    rtol, atol = tuner.dot_tolerance(torch.float32, k, "tf32", scale=1.0)
+    assert torch.allclose(got.double(), want, rtol=rtol, atol=atol)
+    rtol, atol = tuner.dot_tolerance(torch.float32, k, "ieee", scale=1.0)
+    assert not torch.allclose(got.double(), want, rtol=rtol, atol=atol)
+    # fp32 accumulation in another order stays within the ieee tolerance.
+    blocked = sum(a[:, i:i + 32] @ b[i:i + 32] for i in range(0, k, 32))
+    assert torch.allclose(blocked.double(), want, rtol=rtol, atol=atol)
+
+
+def test_matmul_precision_follows_torch():
+    from autotune.kernels import matmul
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert matmul.input_precision(torch.float32) == "ieee"
+        torch.set_float32_matmul_precision("high")
+        assert matmul.input_precision(torch.float32) == "tf32"
+        assert matmul.input_precision(torch.float16) == "ieee"
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
+# -- backend selection -------------------------------------------------------
+
+@pytest.mark.parametrize("flags", ["--autotune_backend=interpreter",
+                                   "--autotune_backend interpreter"])
+def test_interpreter_flag_selects_the_interpreter_on_a_gpu_host(
+        monkeypatch, flags):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("AUTOTUNE_FLAGS", flags)
+    monkeypatch.setattr(autotune, "_gpu_driver_visible", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    autotune._select_interpreter_early()
+    assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+def test_gpu_host_without_the_flag_keeps_the_gpu(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("AUTOTUNE_FLAGS", "--autotune_backend=auto")
+    monkeypatch.setattr(autotune, "_gpu_driver_visible", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    autotune._select_interpreter_early()
+    assert "TRITON_INTERPRET" not in os.environ
+
+
+def test_interpreter_backend_refused_when_kernels_compile_for_the_gpu(
+        monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(backends.BackendError) as raised:
+        backends.select_backend("interpreter")
+    assert "\n" not in str(raised.value)
+    assert "before `import autotune`" in str(raised.value)
+
+
+def test_device_helper_gives_the_backends_device(session_factory):
+    session_factory()
+    assert autotune.device() == torch.device("cpu")
+
+
+# -- parallel workers pinned before they import anything -------------------
+
+def report_start_environment(device):
+    """Objective factory: each measurement carries the CUDA_VISIBLE_DEVICES
+    the worker process was started with (/proc/self/environ is the
+    environment at exec, before any import)."""
+    with open("/proc/self/environ", "rb") as f:
+        start_env = dict(item.split(b"=", 1) for item in
+                         f.read().split(b"\0") if b"=" in item)
+    pinned = start_env.get(b"CUDA_VISIBLE_DEVICES", b"<unset>").decode()
+
+    def objective(config):
+        return ev.Measurement(config, 1.0, "NONE", f"{device}:{pinned}")
+    return objective
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"),
+                    reason="needs /proc")
+def test_gpu_workers_are_pinned_before_they_start():
+    configs = [Config({"x": i}) for i in range(4)]
+    with ParallelEvaluator(functools.partial(report_start_environment),
+                           devices=["0", "1"], gpu=True) as evaluator:
+        results = evaluator.evaluate(configs)
+    seen = {r.detail for r in results}
+    assert seen <= {"0:0", "1:1"} and seen, seen
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") != "1"
+
+
+def test_gpu_workers_refuse_fork():
+    with pytest.raises(ValueError, match="spawn"):
+        ParallelEvaluator(report_start_environment, devices=["0"], gpu=True,
+                          start_method="fork")
