@@ -160,13 +160,19 @@ class Autotuner:
         if self.reference is not None:
             def reference(**_tensors):
                 return self.reference(**named)  # may return (rtol, atol)
+        checker = None
+        if sess.options.autotune_compile_check:
+            from autotune import compile_check
+            checker = compile_check.Checker(
+                sess.options.autotune_compile_check, self.kernel, named)
         evaluator = tuner.CandidateEvaluator(
             sess.backend,
             lambda config: self._launch(config, grid, args, kwargs, named),
             tensors, outputs=self.outputs, reference=reference,
             rtol=self.rtol, atol=self.atol, timeout_s=self.timeout_s,
             restore=self.restore_value, on_benchmark=sess.count_benchmark,
-            name=self.name)
+            name=self.name, compile_checker=checker,
+            on_compile_rejected=sess.count_compile_rejected)
         if self.space is None or self.search == "exhaustive":
             configs = self.configs if self.space is None else \
                 self.space.configs()

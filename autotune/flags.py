@@ -41,6 +41,7 @@ class Options:
     autotune_remote_cache_timeout_s: float = 1.0
     autotune_remote_cache_password_file: str = None
     autotune_remote_cache_ca_file: str = None
+    autotune_compile_check: str = None
 
 
 def _define(values):
@@ -88,6 +89,7 @@ def _define(values):
         "Fail when run as one shard of several (dump targets set this: a "
         "dump must see every fusion).", flag_values=values)
     _define_remote(values)
+    _define_compile_check(values)
 
 
 def _define_remote(values):
@@ -121,6 +123,15 @@ def _define_remote(values):
         "autotune_remote_cache_ca_file", None,
         "CA certificates to verify a rediss:// server with (default: the "
         "system's).", flag_values=values)
+
+
+def _define_compile_check(values):
+    absl_flags.DEFINE_string(
+        "autotune_compile_check", None,
+        "Comma-separated GPU targets (sm_90,sm_80): before measuring a "
+        "fusion, compile every config for each with Triton's compiler and "
+        "drop those that fail or exceed the target's limits.",
+        flag_values=values)
 
 
 def flag_names():

@@ -43,6 +43,7 @@ class Stats:
         self.tuned = 0
         self.nearest = 0
         self.candidate_benchmarks = 0
+        self.compile_rejected = 0  # configs dropped by the compile check
         self.tuning_seconds = 0.0
         self.saved_seconds = 0.0
         self.fusions = {}  # CacheKey -> {"status":, "source":}
@@ -52,6 +53,7 @@ class Stats:
                 "misses": self.misses,
                 "tuned": self.tuned, "nearest": self.nearest,
                 "candidate_benchmarks": self.candidate_benchmarks,
+                "compile_rejected": self.compile_rejected,
                 "tuning_seconds": round(self.tuning_seconds, 3),
                 "saved_seconds": round(self.saved_seconds, 3)}
 
@@ -194,6 +196,9 @@ class Session:
 
     def count_benchmark(self):
         self.stats.candidate_benchmarks += 1
+
+    def count_compile_rejected(self, n):
+        self.stats.compile_rejected += n
 
     # -- exit ------------------------------------------------------------
     def dump_entries(self):

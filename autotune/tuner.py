@@ -92,11 +92,18 @@ class CandidateEvaluator:
 
     def __init__(self, backend, launch, tensors, outputs=None, reference=None,
                  rtol=None, atol=None, timeout_s=60.0, restore=None,
-                 on_benchmark=None, name=None):
+                 on_benchmark=None, name=None, compile_checker=None,
+                 on_compile_rejected=None):
         if _context_lost is not None:
             raise _context_lost
         self.backend = backend
         self.name = name
+        # --autotune_compile_check: configs a target GPU cannot run, found
+        # by compiling for it, are recorded as failed, never launched.
+        self.compile_checker = compile_checker
+        self.on_compile_rejected = on_compile_rejected
+        self.rejected = {}
+        self._checked = set()
         self.launch = launch
         self.tensors = tensors
         self.outputs = list(outputs) if outputs else list(tensors)
@@ -151,7 +158,24 @@ class CandidateEvaluator:
                        f"atol {atol})"
         return None
 
+    def precheck(self, configs):
+        """Compiles the configs not checked yet for the target GPUs (all at
+        once: the checker compiles in parallel)."""
+        todo = [c for c in configs if c not in self._checked]
+        if self.compile_checker is None or not todo:
+            return
+        found = self.compile_checker.check(todo)
+        self._checked.update(todo)
+        self.rejected.update(found)
+        if found and self.on_compile_rejected is not None:
+            self.on_compile_rejected(len(found))
+
     def __call__(self, config):
+        if self.compile_checker is not None:
+            self.precheck([config])
+            if config in self.rejected:
+                kind, reason = self.rejected[config]
+                return Candidate(config, 0.0, kind, reason[:200]), None
         if self.on_benchmark is not None:
             self.on_benchmark()
         self._restore()
@@ -214,6 +238,8 @@ def run_candidates(evaluator, configs, tuner_name="exhaustive"):
     candidates = []
     spreads = {}
     seen = set()
+    configs = list(configs)
+    evaluator.precheck(configs)
     for config in configs:
         if config in seen:
             continue

@@ -9,6 +9,13 @@ CONFIGS = [Config({"BLOCK": b}, num_warps=w) for b in (32, 64, 128)
            for w in (2, 4)]
 
 
+# Argument types for compile checks (tools/compile_check.py).
+COMPILE_SIGNATURES = {"layernorm_kernel": [
+    {"x": f"*{dt}", "w": f"*{dt}", "b": f"*{dt}", "y": f"*{dt}",
+     "n_cols": "i32", "stride": "i32", "eps": "fp32"}
+    for dt in ("fp32", "fp16")]}
+
+
 def _reference(x, w, b, y, n_cols, stride, eps, **_):
     y.copy_(reference(x, w, b, eps))
 

@@ -34,6 +34,18 @@ CONFIGS = [
 ]
 
 
+# Argument types for compiling every config for a GPU target on the CPU
+# (tools/compile_check.py): the signatures the example suite launches, and
+# fp16 inputs.
+COMPILE_SIGNATURES = {"matmul_bias_act_kernel": [
+    dict({"a": f"*{dt}", "b": f"*{dt}", "bias": f"*{dt}", "c": f"*{dt}"},
+         **{n: "i32" for n in ("M", "N", "K", "stride_am", "stride_ak",
+                               "stride_bk", "stride_bn", "stride_cm",
+                               "stride_cn")},
+         ACTIVATION=activation, INPUT_PRECISION="ieee")
+    for dt, activation in (("fp32", "relu"), ("fp16", "leaky_relu"))]}
+
+
 def _reference(a, b, bias, c, M, N, K, stride_am, stride_ak, stride_bk,
                stride_bn, stride_cm, stride_cn, ACTIVATION,
                INPUT_PRECISION="ieee", **_):

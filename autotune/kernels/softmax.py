@@ -8,6 +8,14 @@ from autotune import Config, autotune
 CONFIGS = [Config({"ROWS": r}, num_warps=w) for r in (1, 2, 4) for w in (2, 4)]
 
 
+# Argument types for compile checks (tools/compile_check.py): the widest
+# rows the example suite launches, and long fp16 rows.
+COMPILE_SIGNATURES = {"softmax_kernel": [
+    {"x": f"*{dt}", "y": f"*{dt}", "n_rows": "i32", "n_cols": "i32",
+     "stride": "i32", "BLOCK_COLS": cols}
+    for dt, cols in (("fp32", 128), ("fp16", 1024))]}
+
+
 def _reference(x, y, n_rows, n_cols, stride, BLOCK_COLS, **_):
     y.copy_(torch.softmax(x.float(), dim=-1).to(y.dtype))
 
