@@ -1,0 +1,664 @@
+"""pytest plugin: the load / update / require-complete workflow of the Bazel
+macros, for projects that test their Triton kernels with plain pytest.
+
+    # pyproject.toml
+    [tool.pytest.ini_options]
+    autotune_cache = "testdata/kernels.textproto"
+
+    pytest                      # load the checked-in cache (no tuning)
+    pytest --autotune-update    # tune what the selected tests meet and
+                                # rewrite the cache, keeping other entries
+
+Installed, it is registered as `autotune` (entry point `pytest11`), so
+`-p no:autotune` turns it off; from a checkout, `-p autotune.pytest_plugin`.
+It does nothing unless a cache is configured.
+
+With pytest-xdist each worker runs its own autotuning session; the
+controller adds up the statistics and, in update mode, merges the workers'
+results into one cache (a fusion two workers tuned to different winners is
+resolved as a single run would resolve it, and reported).
+"""
+import json
+import os
+import tempfile
+import time
+
+import pytest
+
+INI_CACHE = "autotune_cache"
+INI_REQUIRE = "autotune_require_complete"
+INI_BACKEND = "autotune_backend"
+INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND)
+BACKENDS = ("auto", "gpu", "interpreter")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+STAT_FIELDS = ("hits", "tuned", "misses", "nearest", "candidate_benchmarks",
+               "tuning_seconds", "saved_seconds")
+WORKER_KEY = "autotune"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("autotune", "persisted Triton autotuning")
+    group.addoption(
+        "--autotune-cache", metavar="PATH", default=None,
+        help=f"results file the session loads (overrides the {INI_CACHE} "
+             "ini key; relative to the current directory)")
+    group.addoption(
+        "--autotune-update", action="store_true", default=False,
+        help="tune every fusion the selected tests meet and rewrite the "
+             "cache at the end, keeping the entries of fusions not run")
+    group.addoption(
+        "--autotune-prune-unused", action="store_true", default=False,
+        help="with --autotune-update on a full run: drop entries no test "
+             "used")
+    group.addoption(
+        "--autotune-require-complete", action="store_true", default=None,
+        help="fail every test that misses the cache, naming the fusion "
+             "(stale or missing)")
+    group.addoption(
+        "--autotune-report", metavar="PATH", default=None,
+        help="write the session's autotune report (JSON) to PATH")
+    parser.addini(INI_CACHE, "autotune results file, relative to the ini "
+                  "file (text: .textproto/.pbtxt/.txt; otherwise binary)",
+                  default=None)
+    parser.addini(INI_REQUIRE, "true: fail every test that misses the cache",
+                  default="false")
+    parser.addini(INI_BACKEND, "auto | gpu | interpreter", default="auto")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "autotune(**options): run this test in its own autotune "
+        "session; options are autotune.configure() keywords (flag names), "
+        "for example require_complete_autotune_results=False")
+    if config.option.help or config.option.version:
+        return
+    settings = Settings.from_config(config)
+    if settings is None:
+        return
+    plugin = AutotunePlugin(config, settings)
+    config.pluginmanager.register(plugin, "autotune-session")
+    config.stash[_PLUGIN] = plugin
+
+
+def _usage(message):
+    return pytest.UsageError(f"autotune: {message}")
+
+
+class Settings:
+    """What the command line and the ini file ask for, checked."""
+
+    def __init__(self, cache, update, prune, require_complete, report,
+                 backend):
+        self.cache = cache
+        self.update = update
+        self.prune = prune
+        self.require_complete = require_complete
+        self.report = report
+        self.backend = backend
+
+    @classmethod
+    def from_config(cls, config):
+        _check_ini_keys(config)
+        opt = config.option
+        ini_dir = str(config.inipath.parent) if config.inipath \
+            else str(config.rootpath)
+        cache = opt.autotune_cache
+        if cache:
+            cache = os.path.join(str(config.invocation_params.dir), cache)
+        else:
+            ini_cache = config.getini(INI_CACHE)
+            cache = os.path.join(ini_dir, ini_cache) if ini_cache else None
+        require = opt.autotune_require_complete
+        if require is None:
+            require = _ini_bool(config, INI_REQUIRE)
+        backend = (config.getini(INI_BACKEND) or "auto").strip()
+        if backend not in BACKENDS:
+            raise _usage(f"ini {INI_BACKEND} = {backend!r}: expected one of "
+                         f"{', '.join(BACKENDS)}")
+        report = opt.autotune_report
+        if report:
+            report = os.path.join(str(config.invocation_params.dir), report)
+        if cache is None:
+            asked = [name for name, on in (
+                ("--autotune-update", opt.autotune_update),
+                ("--autotune-prune-unused", opt.autotune_prune_unused),
+                ("--autotune-require-complete",
+                 opt.autotune_require_complete),
+                ("--autotune-report", report)) if on]
+            if asked:
+                raise _usage(f"{asked[0]} needs a cache: set {INI_CACHE} in "
+                             "the ini file or pass --autotune-cache=PATH")
+            return None
+        cache = os.path.normpath(cache)
+        if opt.autotune_prune_unused and not opt.autotune_update:
+            raise _usage("--autotune-prune-unused only works with "
+                         "--autotune-update")
+        settings = cls(cache, opt.autotune_update, opt.autotune_prune_unused,
+                       require and not opt.autotune_update, report, backend)
+        if not hasattr(config, "workerinput"):
+            settings.check_paths()
+        return settings
+
+    def check_paths(self):
+        """Bad paths stop the run before any test (and any tuning)."""
+        if not self.update:
+            if not os.path.exists(self.cache):
+                raise _usage(f"{self.cache} does not exist; run `pytest "
+                             "--autotune-update` to create it")
+            return
+        directory = os.path.dirname(self.cache) or "."
+        if not os.path.isdir(directory):
+            raise _usage(f"--autotune-update: cannot write {self.cache}: "
+                         f"directory {directory} does not exist")
+        if os.path.isdir(self.cache):
+            raise _usage(f"--autotune-update: {self.cache} is a directory, "
+                         "not a results file")
+        problem = _write_problem(directory)
+        if problem is None and os.path.exists(self.cache) and \
+                not os.access(self.cache, os.W_OK):
+            problem = "the file is read-only"
+        if problem:
+            raise _usage(f"--autotune-update: cannot write {self.cache}: "
+                         f"{problem}; nothing was tuned or written")
+
+
+def _check_ini_keys(config):
+    """A misspelt autotune ini key would silently do nothing."""
+    for name in getattr(config, "inicfg", {}) or {}:
+        if name.startswith("autotune") and name not in INI_KEYS:
+            raise _usage(f"unknown ini key {name!r} in {config.inipath}; "
+                         f"known keys: {', '.join(INI_KEYS)}")
+
+
+def _ini_bool(config, name):
+    raw = config.getini(name)
+    value = str(raw).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise _usage(f"ini {name} = {raw!r} in {config.inipath}: expected true or "
+                 "false")
+
+
+def _write_problem(directory):
+    """Why a file cannot be created in `directory` (None: it can). Tries for
+    real: permission bits do not bind every user or file system."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".autotune-probe.",
+                                     dir=directory)
+    except OSError as e:
+        return f"directory {directory} is not writable ({e.strerror})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+_PLUGIN = pytest.StashKey()
+_ITEM_START = pytest.StashKey()
+_MARKER_ERROR = pytest.StashKey()
+
+
+def _stats_dict(sessions):
+    totals = dict.fromkeys(STAT_FIELDS, 0)
+    for sess in sessions:
+        for name in STAT_FIELDS:
+            totals[name] += getattr(sess.stats, name)
+    return totals
+
+
+def _describe(key):
+    return {"kernel": key.kernel, "signature": key.signature,
+            "device": key.device}
+
+
+def classify_miss(key, loaded_entries):
+    """Stale (the cache has this fusion for another version of the kernel)
+    or missing (it has no entry for it), with a one-line reason."""
+    other_fingerprints = sorted({
+        e.key.fingerprint for e in loaded_entries
+        if e.key.kernel == key.kernel and e.key.signature == key.signature
+        and e.key.device == key.device and e.key.fingerprint !=
+        key.fingerprint})
+    if other_fingerprints:
+        return "stale", (f"the cache has it for kernel fingerprint "
+                         f"{', '.join(other_fingerprints)}, this kernel is "
+                         f"{key.fingerprint}: its source changed since it "
+                         "was tuned")
+    same_kernel = [e for e in loaded_entries if e.key.kernel == key.kernel]
+    if not same_kernel:
+        return "missing", f"the cache has no entry for kernel {key.kernel}"
+    on_device = [e for e in same_kernel if e.key.device == key.device]
+    if not on_device:
+        return "missing", (f"the cache has {key.kernel} only for other "
+                           "devices")
+    return "missing", (f"the cache has {len(on_device)} other fusion(s) of "
+                       f"{key.kernel} on this device, not this one")
+
+
+def pick(first, second, incumbent=None):
+    """The rule of a single run for two results of one fusion: an incumbent
+    winner stays unless the other is faster by more than the measured
+    noise; otherwise the faster, ties to the smaller config."""
+    for keep, challenger in ((first, second), (second, first)):
+        if incumbent is not None and keep.best == incumbent.best:
+            noise = max(keep.provenance.timing_spread,
+                        challenger.provenance.timing_spread)
+            if challenger.run_time_us < keep.run_time_us * (1.0 - noise):
+                return challenger
+            return keep
+    return min((first, second),
+               key=lambda e: (e.run_time_us, e.best.sort_key))
+
+
+class AutotunePlugin:
+    """One per pytest process that uses a cache: on an xdist controller it
+    only checks, merges and reports; elsewhere it runs the autotuning
+    sessions the tests use."""
+
+    def __init__(self, config, settings):
+        self.config = config
+        self.settings = settings
+        self.is_worker = hasattr(config, "workerinput")
+        # pytest-xdist's own test for running distributed.
+        self.is_controller = (not self.is_worker and
+                              getattr(config.option, "dist", "no") != "no"
+                              and not config.option.collectonly)
+        self.sessions = []          # every runtime session this process ran
+        self.main = None            # the session tests use by default
+        self.misses = []            # [{kernel, signature, device, status..}]
+        self._reported_misses = set()
+        self.worker_outputs = []    # [(worker id, payload)] on a controller
+        self.old_entries = None
+        self.narrowed = []          # why this run is not a full run
+        self.result = None          # what the end of the session did
+        self.started = time.perf_counter()
+        if settings.update and not self.is_worker:
+            self.old_entries = self._read_old_cache()
+
+    def _read_old_cache(self):
+        from autotune import results_io
+        if not os.path.exists(self.settings.cache):
+            return []
+        try:
+            return results_io.load_results(self.settings.cache)
+        except results_io.CacheFileError as e:
+            raise _usage(f"{e}; nothing was tuned or written (fix or delete "
+                         "the file)")
+
+    # -- sessions ----------------------------------------------------------
+    def base_options(self):
+        from autotune import flags
+        s = self.settings
+        options = {"autotune_backend": s.backend}
+        if s.update:
+            if "autotune_incumbents_from" in flags.flag_names():
+                options["autotune_incumbents_from"] = [s.cache]
+        else:
+            options["load_autotune_results_from"] = [s.cache]
+            options["require_complete_autotune_results"] = s.require_complete
+        return options
+
+    def start_session(self, options):
+        """A runtime session with these options, made the current one."""
+        from autotune import flags, runtime
+        unknown = set(options) - set(flags.flag_names())
+        if unknown:
+            raise runtime.AutotuneError(
+                f"unknown option(s) {', '.join(sorted(unknown))}; known: "
+                f"{', '.join(flags.flag_names())}")
+        values = dict(options)
+        if isinstance(values.get("load_autotune_results_from"), str):
+            values["load_autotune_results_from"] = [
+                values["load_autotune_results_from"]]
+        try:
+            opts = flags.resolve_options(flags.Options(**values))
+        except flags.AutotuneFlagsError as e:
+            raise runtime.AutotuneError(str(e)) from None
+        # The plugin writes the cache and the report itself; the runtime's
+        # exit hook must not print or write for this session.
+        opts.dump_autotune_results_to = None
+        opts.autotune_report_to = None
+        sess = runtime.Session(opts)
+        sess.finished = True
+        self.sessions.append(sess)
+        _install(sess)
+        return sess
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session):
+        if self.is_controller:
+            if not self.settings.update:
+                self._validate_cache()
+            return
+        from autotune import runtime
+        try:
+            self.main = self.start_session(self.base_options())
+        except runtime.AutotuneError as e:
+            raise _usage(str(e).replace("autotune: ", "", 1)) from None
+
+    def _validate_cache(self):
+        from autotune import results_io
+        try:
+            results_io.load_results(self.settings.cache)
+        except results_io.CacheFileError as e:
+            raise _usage(f"cannot load autotune results: {e}") from None
+
+    def pytest_report_header(self, config):
+        s = self.settings
+        mode = "update" if s.update else (
+            "load, require complete" if s.require_complete else "load")
+        return f"autotune: {mode} {_relative(s.cache, config)}"
+
+    # -- selection -----------------------------------------------------------
+    def pytest_deselected(self, items):
+        self.narrowed.append(f"{len(items)} test(s) deselected")
+
+    def pytest_collection_modifyitems(self, config, items):
+        opt = config.option
+        if getattr(opt, "keyword", ""):
+            self.narrowed.append(f"-k {opt.keyword}")
+        if getattr(opt, "markexpr", ""):
+            self.narrowed.append(f"-m {opt.markexpr}")
+        if any("::" in arg for arg in config.args):
+            self.narrowed.append("test ids given")
+
+    # -- tests ---------------------------------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        if self.is_controller:
+            return (yield)
+        marker = item.get_closest_marker("autotune")
+        previous = self.main
+        sess = self.main
+        if marker is not None:
+            try:
+                sess = self._marker_session(marker)
+            except Exception as e:  # reported by this test's setup
+                item.stash[_MARKER_ERROR] = (
+                    f"@pytest.mark.autotune: {str(e) or type(e).__name__}")
+                marker = None
+        item.stash[_ITEM_START] = (sess, len(sess.miss_keys),
+                                   {n: getattr(sess.stats, n)
+                                    for n in STAT_FIELDS})
+        try:
+            return (yield)
+        finally:
+            if marker is not None:
+                _install(previous)
+
+    def _marker_session(self, marker):
+        from autotune import runtime
+        if marker.args:
+            raise runtime.AutotuneError(
+                "takes keyword options only (autotune.configure() names, "
+                "for example autotune_miss_policy='nearest')")
+        options = dict(self.base_options(), **marker.kwargs)
+        if self.settings.update:
+            # An update run tunes everything; it never fails on a miss.
+            options.pop("require_complete_autotune_results", None)
+        return self.start_session(options)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        error = item.stash.get(_MARKER_ERROR, None)
+        if error is not None:
+            pytest.fail(error, pytrace=False)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        start = item.stash.get(_ITEM_START, None)
+        if start is None:
+            return report
+        sess, first, _ = start
+        new = [k for k in sess.miss_keys[first:]
+               if k not in self._reported_misses]
+        if not new or self.settings.update:  # an update run misses by design
+            return report
+        lines = []
+        loaded = list(sess.cache.loaded.values())
+        for key in new:
+            self._reported_misses.add(key)
+            status, reason = classify_miss(key, loaded)
+            self.misses.append({**_describe(key), "status": status,
+                                "reason": reason, "test": item.nodeid})
+            lines.append(f"{status}: {key.kernel} [{key.signature}] on "
+                         f"{key.device}: {reason}")
+        if sess.options.require_complete_autotune_results:
+            cache = _relative(self.settings.cache, self.config)
+            report.outcome = "failed"
+            report.longrepr = (
+                f"autotune: require-complete: {len(new)} fusion(s) not in "
+                f"{cache}:\n  " + "\n  ".join(lines) +
+                "\nRun `pytest --autotune-update` and commit the cache.")
+        return report
+
+    # -- end of the session ----------------------------------------------
+    def pytest_testnodedown(self, node, error):
+        payload = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+        if payload is not None:
+            self.worker_outputs.append(
+                (node.workerinput.get("workerid", "worker"), payload))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.is_worker:
+            self.config.workeroutput[WORKER_KEY] = self._worker_payload()
+            _install(None)
+            return
+        stats, misses, runs = self._gather()
+        self.result = {"mode": "update" if self.settings.update else "load",
+                       "cache": self.settings.cache, **stats,
+                       "missing": [m for m in misses
+                                   if m["status"] == "missing"],
+                       "stale": [m for m in misses if m["status"] == "stale"]}
+        if self.settings.update:
+            self._finish_update(session, exitstatus, runs)
+        if self.settings.report:
+            from autotune import results_io
+            try:
+                results_io.atomic_write(self.settings.report, json.dumps(
+                    self.result, indent=2, sort_keys=True).encode() + b"\n")
+            except results_io.CacheFileError as e:
+                self.result.setdefault("errors", []).append(str(e))
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        _install(None)
+
+    def _worker_payload(self):
+        from autotune import results_io
+        entries = self._entries_of_this_process()
+        return {"stats": _stats_dict(self.sessions),
+                "misses": self.misses,
+                "entries": results_io.encode(
+                    entries, "worker.textproto").decode() if entries else ""}
+
+    def _entries_of_this_process(self):
+        out, _ = self._merge(
+            [("this run", s.dump_entries()) for s in self.sessions])
+        return out
+
+    def _gather(self):
+        """Statistics, misses and tuned entries of the whole run, from this
+        process or, on a controller, from every worker."""
+        from autotune import results_io
+        if not self.is_controller:
+            return (_stats_dict(self.sessions), self.misses,
+                    [("this run", s.dump_entries()) for s in self.sessions])
+        stats = dict.fromkeys(STAT_FIELDS, 0)
+        misses, runs = [], []
+        for worker, payload in sorted(self.worker_outputs):
+            for name in STAT_FIELDS:
+                stats[name] += payload["stats"].get(name, 0)
+            misses.extend(payload["misses"])
+            if payload["entries"]:
+                runs.append((worker, results_io.decode(
+                    payload["entries"].encode(), f"{worker}.textproto")))
+        return stats, misses, runs
+
+    def _merge(self, runs):
+        """One entry per cache key; two runs with different winners for a
+        key are resolved by pick() and returned as conflicts."""
+        incumbents = {e.key: e for e in self.old_entries or []}
+        chosen, origin, conflicts = {}, {}, []
+        for name, entries in runs:
+            for entry in entries:
+                current = chosen.get(entry.key)
+                if current is None:
+                    chosen[entry.key], origin[entry.key] = entry, name
+                    continue
+                if current.best == entry.best:
+                    continue
+                kept = pick(current, entry, incumbents.get(entry.key))
+                conflicts.append({
+                    **_describe(entry.key),
+                    "first": {"source": origin[entry.key],
+                              "best": current.best.short(),
+                              "run_time_us": current.run_time_us},
+                    "second": {"source": name, "best": entry.best.short(),
+                               "run_time_us": entry.run_time_us},
+                    "kept": kept.best.short()})
+                if kept is entry:
+                    chosen[entry.key], origin[entry.key] = entry, name
+        return list(chosen.values()), conflicts
+
+    def _finish_update(self, session, exitstatus, runs):
+        from autotune import cache_tool, results_io
+        tuned, conflicts = self._merge(runs)
+        self.result["conflicts"] = conflicts
+        cache = self.settings.cache
+        if exitstatus != 0 or session.testsfailed:
+            self.result["written"] = False
+            self.result["not_written_because"] = (
+                f"{session.testsfailed} test(s) failed" if session.testsfailed
+                else f"pytest exit status {int(exitstatus)}")
+            return
+        old = self.old_entries or []
+        by_key = {e.key: e for e in old}
+        met = {(e.key.device, e.key.kernel, e.key.signature) for e in tuned}
+        # An unchanged winner keeps its old entry verbatim: the file stays
+        # byte-identical where nothing really changed.
+        new = [by_key[e.key] if e.key in by_key and
+               by_key[e.key].best == e.best else e for e in tuned]
+        prune = self.settings.prune
+        if prune and self.narrowed:
+            prune = False
+            self.result["prune_refused"] = ("not a full run: "
+                                            + "; ".join(self.narrowed))
+        for entry in old:
+            if (entry.key.device, entry.key.kernel,
+                    entry.key.signature) in met:
+                continue
+            if not prune:
+                new.append(entry)
+        diff = cache_tool.Diff(old, new)
+        self.result["changes"] = diff.as_dict()
+        self.result["entries"] = len(new)
+        if not diff and os.path.exists(cache):
+            self.result["written"] = False
+            self.result["not_written_because"] = "no change"
+            self.diff = diff
+            return
+        try:
+            results_io.dump_results(new, cache)
+        except (results_io.CacheFileError, OSError) as e:
+            self.result["written"] = False
+            self.result["not_written_because"] = str(e)
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            self.diff = diff
+            return
+        self.result["written"] = True
+        self.diff = diff
+
+    def pytest_terminal_summary(self, terminalreporter):
+        r = self.result
+        if r is None:
+            return
+        tr = terminalreporter
+        tr.write_sep("-", "autotune")
+        tr.write_line(
+            f"autotune: {r['hits']} hits, {r['tuned']} tuned, "
+            f"{r['misses']} missed; {r['candidate_benchmarks']} candidate "
+            f"benchmarks, {r['tuning_seconds']:.2f} s tuning, "
+            f"{r['saved_seconds']:.2f} s saved "
+            f"({r['mode']} {_relative(r['cache'], self.config)})")
+        for miss in r["missing"] + r["stale"]:
+            tr.write_line(f"  {miss['status']}: {miss['kernel']} "
+                          f"[{miss['signature']}] on {miss['device']}: "
+                          f"{miss['reason']}")
+        for c in r.get("conflicts", []):
+            tr.write_line(
+                f"autotune: conflict: {c['kernel']} [{c['signature']}] on "
+                f"{c['device']}: {c['first']['source']} has "
+                f"{c['first']['best']} ({c['first']['run_time_us']:.3f} us), "
+                f"{c['second']['source']} has {c['second']['best']} "
+                f"({c['second']['run_time_us']:.3f} us); kept {c['kept']}")
+        if r["mode"] != "update":
+            return
+        cache = _relative(r["cache"], self.config)
+        if "prune_refused" in r:
+            tr.write_line(f"autotune: --autotune-prune-unused ignored, "
+                          f"{r['prune_refused']}")
+        diff = getattr(self, "diff", None)
+        if diff is not None:
+            added, removed, changed = diff.counts()
+            tr.write_line(f"autotune: {cache}: {r['entries']} entries; "
+                          f"{added} added, {removed} removed, {changed} "
+                          "changed")
+            for line in diff.lines(limit=20):
+                tr.write_line("  " + line)
+        if not r.get("written"):
+            why = r.get("not_written_because", "")
+            tr.write_line(f"autotune: {cache} left untouched ({why})",
+                          **({} if why == "no change" else {"red": True}))
+
+
+def _relative(path, config):
+    try:
+        return os.path.relpath(path, str(config.invocation_params.dir))
+    except ValueError:
+        return path
+
+
+def _install(sess):
+    """Makes `sess` the process's current autotuning session."""
+    from autotune import runtime
+    with runtime._SESSION_LOCK:
+        runtime._SESSION = sess
+
+
+class StatsView:
+    """The statistics of the autotuning session a test runs in: attributes
+    are session totals; since_test_start() gives what this test added."""
+
+    def __init__(self, start=None):
+        self._start = start
+
+    def _session(self):
+        from autotune import runtime
+        return runtime.session()
+
+    def __getattr__(self, name):
+        if name in STAT_FIELDS:
+            return getattr(self._session().stats, name)
+        raise AttributeError(name)
+
+    def as_dict(self):
+        return {n: getattr(self, n) for n in STAT_FIELDS}
+
+    def since_test_start(self):
+        before = self._start or dict.fromkeys(STAT_FIELDS, 0)
+        return {n: getattr(self, n) - before[n] for n in STAT_FIELDS}
+
+
+@pytest.fixture
+def autotune_stats(request):
+    """The current autotuning session's statistics (hits, tuned, misses,
+    candidate_benchmarks, tuning_seconds, saved_seconds)."""
+    start = request.node.stash.get(_ITEM_START, None)
+    if start is not None:
+        return StatsView(start[2])
+    from autotune import runtime
+    stats = runtime.session().stats
+    return StatsView({n: getattr(stats, n) for n in STAT_FIELDS})
