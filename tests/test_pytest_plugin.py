@@ -1,0 +1,424 @@
+"""The pytest plugin, run as a user runs it: pytest in a separate process on
+a small project of real Triton kernels (the interpreter), with the plugin
+loaded by `-p autotune.pytest_plugin` or, as an installed distribution,
+through its `pytest11` entry point."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import tomllib
+
+import pytest
+
+from autotune import results_io
+from autotune.records import CacheKey, Candidate, Config, Entry, Provenance
+from autotune import pytest_plugin
+
+pytest_plugins = ["pytester"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = "testdata/kernels.textproto"
+PLUGIN = ("-p", "autotune.pytest_plugin")
+
+KERNELS = '''
+import autotune
+import torch
+import triton
+import triton.language as tl
+from autotune import Config
+
+CONFIGS = [Config({"BLOCK": 16}, num_warps=1), Config({"BLOCK": 32})]
+
+
+@autotune.autotune(configs=CONFIGS, key=["n"])
+@triton.jit
+def add_one_kernel(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + offs, tl.load(x + offs, mask=offs < n) + 1.0,
+             mask=offs < n)
+
+
+@autotune.autotune(configs=CONFIGS, key=["n"])
+@triton.jit
+def double_kernel(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + offs, tl.load(x + offs, mask=offs < n) * 2.0,
+             mask=offs < n)
+
+
+def call(kernel, n):
+    x = torch.arange(n, dtype=torch.float32)
+    y = torch.empty_like(x)
+    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)
+    return x, y
+'''
+
+TESTS = '''
+import pytest
+import torch
+from kernels import add_one_kernel, call, double_kernel
+
+
+@pytest.mark.parametrize("n", [20, 40])
+def test_add_one(n):
+    x, y = call(add_one_kernel, n)
+    assert torch.equal(y, x + 1)
+
+
+def test_double():
+    x, y = call(double_kernel, 20)
+    assert torch.equal(y, x * 2)
+
+
+def test_statistics_fixture(request, autotune_stats):
+    call(double_kernel, 20)
+    if request.config.getoption("--autotune-update"):
+        assert autotune_stats.candidate_benchmarks > 0
+    else:
+        assert autotune_stats.candidate_benchmarks == 0
+        assert autotune_stats.hits > 0
+    assert autotune_stats.since_test_start()["tuned"] == 0
+'''
+
+PYPROJECT = f'''
+[tool.pytest.ini_options]
+autotune_cache = "{CACHE}"
+'''
+
+
+def write_project(path, kernels=KERNELS, tests=TESTS, ini=PYPROJECT):
+    (path / "testdata").mkdir(exist_ok=True)
+    (path / "kernels.py").write_text(textwrap.dedent(kernels))
+    (path / "test_kernels.py").write_text(textwrap.dedent(tests))
+    (path / "pyproject.toml").write_text(textwrap.dedent(ini))
+
+
+def _environment(pythonpath, cwd):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        list(pythonpath) + [str(cwd)]))
+    for name in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "AUTOTUNE_FLAGS"):
+        env.pop(name, None)
+    return env
+
+
+class Run:
+    def __init__(self, returncode, output):
+        self.returncode, self.output = returncode, output
+
+
+def run_pytest(pytester, *args, pythonpath=(ROOT,)):
+    """pytest in a new process in the pytester project, as a user runs it."""
+    env = _environment(pythonpath, pytester.path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", env["PYTHONPATH"])
+        for name in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
+            mp.delenv(name, raising=False)
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", *args, timeout=300)
+    return Run(result.ret, result.stdout.str() + "\n" + result.stderr.str())
+
+
+def entries_of(path):
+    return {(e.key.kernel, e.key.signature): e
+            for e in results_io.load_results(str(path))}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The project tuned from nothing: `pytest --autotune-update` with no
+    cache file. Returns (the run, the cache's bytes)."""
+    project = tmp_path_factory.mktemp("tuned")
+    write_project(project)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *PLUGIN,
+         "--autotune-update", "--autotune-report=report.json"],
+        cwd=project, env=_environment((ROOT,), project), capture_output=True,
+        text=True, timeout=300)
+    result = Run(done.returncode, done.stdout + done.stderr)
+    cache = project / CACHE
+    data = cache.read_bytes() if cache.exists() else None
+    return result, data, project
+
+
+@pytest.fixture
+def project(pytester, tuned):
+    """A copy of the tuned project, its cache checked in."""
+    write_project(pytester.path)
+    (pytester.path / CACHE).write_bytes(tuned[1])
+    return pytester
+
+
+def test_update_from_nothing_writes_every_fusion(tuned):
+    result, data, project = tuned
+    assert result.returncode == 0, result.output
+    assert data is not None
+    entries = entries_of(project / CACHE)
+    assert sorted(entries) == [
+        ("add_one_kernel", "n=20;dtypes=x:float32,y:float32"),
+        ("add_one_kernel", "n=40;dtypes=x:float32,y:float32"),
+        ("double_kernel", "n=20;dtypes=x:float32,y:float32")]
+    assert f"autotune: {CACHE}: 3 entries; 3 added, 0 removed, 0 changed" \
+        in result.output
+    assert "+ add_one_kernel [n=20;" in result.output
+    report = json.loads((project / "report.json").read_text())
+    assert report["tuned"] == 3 and report["written"] is True
+    assert report["candidate_benchmarks"] == 6
+    assert len(report["changes"]["added"]) == 3
+
+
+def test_load_serves_every_fusion_without_benchmarks(project):
+    before = (project.path / CACHE).read_bytes()
+    result = run_pytest(project, *PLUGIN, "--autotune-report=r.json")
+    assert result.returncode == 0, result.output
+    assert "4 passed" in result.output
+    assert "autotune: 3 hits, 0 tuned, 0 missed; 0 candidate benchmarks, " \
+        "0.00 s tuning" in result.output
+    report = json.loads((project.path / "r.json").read_text())
+    assert (report["hits"], report["candidate_benchmarks"]) == (3, 0)
+    assert report["missing"] == [] and report["stale"] == []
+    assert (project.path / CACHE).read_bytes() == before
+
+
+def test_update_of_a_subset_keeps_other_entries(project):
+    # An entry no test meets, and the double_kernel entry, must survive a
+    # run that only selects add_one tests.
+    cache = project.path / CACHE
+    entries = list(results_io.load_results(str(cache)))
+    other = entries[0].replace(key=entries[0].key._replace(
+        kernel="unused_kernel"))
+    results_io.dump_results(entries + [other], str(cache))
+    before = entries_of(cache)
+    result = run_pytest(project, *PLUGIN, "--autotune-update", "-k",
+                        "add_one", "--autotune-prune-unused")
+    assert result.returncode == 0, result.output
+    after = entries_of(cache)
+    assert sorted(after) == sorted(before)
+    for kept in ("double_kernel", "unused_kernel"):
+        (sig,) = [s for k, s in before if k == kept]
+        assert after[kept, sig] == before[kept, sig]
+    assert "--autotune-prune-unused ignored, not a full run" in result.output
+    assert "2 tuned" in result.output
+
+
+def test_prune_unused_on_a_full_run(project):
+    cache = project.path / CACHE
+    entries = list(results_io.load_results(str(cache)))
+    other = entries[0].replace(key=entries[0].key._replace(
+        kernel="unused_kernel"))
+    results_io.dump_results(entries + [other], str(cache))
+    result = run_pytest(project, *PLUGIN, "--autotune-update",
+                        "--autotune-prune-unused")
+    assert result.returncode == 0, result.output
+    assert "unused_kernel" not in {k for k, _ in entries_of(cache)}
+    assert "1 removed" in result.output
+    assert "- unused_kernel [" in result.output
+
+
+def test_require_complete_names_stale_and_missing_fusions(project):
+    # add_one's source changes (its entries go stale); a new test meets a
+    # shape of double_kernel that was never tuned (missing); a marked test
+    # runs in its own session that may tune.
+    write_project(
+        project.path,
+        kernels=KERNELS.replace("+ 1.0,", "+ 1.0 + 0.0,"),
+        tests=TESTS + textwrap.dedent('''
+            def test_double_new_shape():
+                call(double_kernel, 60)
+
+            @pytest.mark.autotune(require_complete_autotune_results=False)
+            def test_marked_may_tune():
+                call(double_kernel, 80)
+        '''),
+        ini=PYPROJECT + "autotune_require_complete = true\n")
+    before = (project.path / CACHE).read_bytes()
+    result = run_pytest(project, *PLUGIN, "--autotune-report=r.json")
+    assert result.returncode == 1, result.output
+    assert "3 failed, 3 passed" in result.output
+    assert "stale: add_one_kernel [n=20;dtypes=x:float32,y:float32]" \
+        in result.output
+    assert "its source changed since it was tuned" in result.output
+    assert "missing: double_kernel [n=60;dtypes=x:float32,y:float32]" \
+        in result.output
+    report = json.loads((project.path / "r.json").read_text())
+    assert sorted(m["signature"] for m in report["stale"]) == [
+        "n=20;dtypes=x:float32,y:float32", "n=40;dtypes=x:float32,y:float32"]
+    # n=80 missed too, but the marked test may tune: it passed.
+    assert sorted(m["signature"] for m in report["missing"]) == [
+        "n=60;dtypes=x:float32,y:float32", "n=80;dtypes=x:float32,y:float32"]
+    assert report["tuned"] == 1
+    assert "FAILED test_kernels.py::test_marked_may_tune" not in result.output
+    assert (project.path / CACHE).read_bytes() == before
+
+
+def test_xdist_load(project):
+    result = run_pytest(project, *PLUGIN, "-n", "2",
+                        "--autotune-report=r.json")
+    assert result.returncode == 0, result.output
+    report = json.loads((project.path / "r.json").read_text())
+    assert report["hits"] == 3 and report["candidate_benchmarks"] == 0
+    assert report["tuned"] == 0
+
+
+def test_xdist_update_merges_the_workers_results(pytester, tuned):
+    write_project(pytester.path)
+    result = run_pytest(pytester, *PLUGIN, "-n", "2", "--autotune-update",
+                        "--autotune-report=r.json")
+    assert result.returncode == 0, result.output
+    entries = entries_of(pytester.path / CACHE)
+    assert sorted(entries) == sorted(entries_of(tuned[2] / CACHE))
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["tuned"] == 3 and report["written"] is True
+    assert f"{CACHE}: 3 entries; 3 added" in result.output
+
+
+def test_failed_update_leaves_the_cache_untouched(project):
+    (project.path / "test_broken.py").write_text(
+        "from kernels import call, double_kernel\n"
+        "def test_broken():\n    call(double_kernel, 70)\n    assert False\n")
+    before = (project.path / CACHE).read_bytes()
+    result = run_pytest(project, *PLUGIN, "--autotune-update")
+    assert result.returncode == 1
+    assert f"{CACHE} left untouched (1 test(s) failed)" in result.output
+    assert (project.path / CACHE).read_bytes() == before
+
+
+# -- conflicts between workers: the single-run rule ------------------------
+
+def _entry(block, run_time_us, spread=0.05):
+    key = CacheKey("cpu/test", "k", "00ff", "n=1")
+    config = Config({"BLOCK": block})
+    return Entry(key, config, run_time_us, [Candidate(config, run_time_us)],
+                 Provenance(timing_spread=spread))
+
+
+def test_conflict_keeps_the_faster_result():
+    slow, fast = _entry(16, 10.0), _entry(32, 8.0)
+    assert pytest_plugin.pick(slow, fast) is fast
+    assert pytest_plugin.pick(fast, slow) is fast
+    tie_small, tie_big = _entry(16, 8.0), _entry(32, 8.0)
+    assert pytest_plugin.pick(tie_big, tie_small) is tie_small
+
+
+def test_conflict_keeps_the_incumbent_inside_the_noise():
+    incumbent = _entry(16, 10.0)
+    same, challenger = _entry(16, 10.0), _entry(32, 9.7)  # 3% < 5% spread
+    assert pytest_plugin.pick(same, challenger, incumbent) is same
+    assert pytest_plugin.pick(challenger, same, incumbent) is same
+    much_faster = _entry(32, 5.0)
+    assert pytest_plugin.pick(same, much_faster, incumbent) is much_faster
+
+
+# -- bad input: one line, nothing run, nothing written ---------------------
+
+TRIVIAL_TESTS = "def test_nothing():\n    pass\n"
+
+
+@pytest.fixture
+def bare(pytester):
+    """A project whose tests need neither torch nor Triton."""
+    write_project(pytester.path, kernels="", tests=TRIVIAL_TESTS)
+    return pytester
+
+
+def _error_line(result):
+    lines = [l for l in result.output.splitlines() if l.startswith("ERROR")]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def test_missing_cache_in_load_mode(bare):
+    result = run_pytest(bare, *PLUGIN)
+    assert result.returncode == 4
+    assert _error_line(result) == (
+        f"ERROR: autotune: {bare.path / CACHE} does not exist; run `pytest "
+        "--autotune-update` to create it")
+    assert "test_nothing" not in result.output
+
+
+@pytest.mark.parametrize("mode", [(), ("--autotune-update",)])
+def test_corrupt_cache_stops_before_any_test(bare, mode):
+    cache = bare.path / CACHE
+    cache.write_text("version: 1\nentries { kernel: \n")
+    result = run_pytest(bare, *PLUGIN, *mode)
+    assert result.returncode == 4, result.output
+    line = _error_line(result)
+    assert str(cache) in line
+    assert "passed" not in result.output
+    assert cache.read_text() == "version: 1\nentries { kernel: \n"
+
+
+def test_update_on_a_read_only_path(bare):
+    directory = bare.path / "testdata"
+    cache = directory / "kernels.textproto"
+    cache.write_bytes(b"")
+    os.chmod(directory, 0o555)
+    immutable = False
+    try:
+        if os.access(directory, os.W_OK):  # root ignores permission bits
+            immutable = subprocess.run(
+                ["chattr", "+i", str(directory)],
+                capture_output=True).returncode == 0
+            if not immutable:
+                pytest.skip("no way to make a read-only directory here")
+        result = run_pytest(bare, *PLUGIN, "--autotune-update")
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(directory)], check=True)
+        os.chmod(directory, 0o755)
+    assert result.returncode == 4, result.output
+    line = _error_line(result)
+    assert f"cannot write {cache}" in line and "not writable" in line
+    assert "test_nothing" not in result.output
+    assert cache.read_bytes() == b""
+
+
+@pytest.mark.parametrize("ini, message", [
+    ("autotune_require_complete = \"maybe\"\n",
+     "ini autotune_require_complete = 'maybe'"),
+    ("autotune_backend = \"tpu\"\n", "ini autotune_backend = 'tpu'"),
+    ("autotune_cahce = \"x.textproto\"\n",
+     "unknown ini key 'autotune_cahce'"),
+])
+def test_unknown_ini_values(bare, ini, message):
+    (bare.path / "pyproject.toml").write_text(PYPROJECT + ini)
+    (bare.path / CACHE).write_bytes(b"checked in")
+    before = (bare.path / CACHE).read_bytes()
+    result = run_pytest(bare, *PLUGIN, "--autotune-update")
+    assert result.returncode == 4, result.output
+    assert message in _error_line(result)
+    assert (bare.path / CACHE).read_bytes() == before
+
+
+# -- installed: the pytest11 entry point -----------------------------------
+
+@pytest.fixture
+def installed(tmp_path):
+    """A site directory holding this checkout as an installed distribution,
+    with the entry points pyproject.toml declares."""
+    site = tmp_path / "site"
+    dist = site / "rules_autotune-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    groups = project["entry-points"]
+    (dist / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {project['name']}\n"
+        f"Version: {project['version']}\n")
+    (dist / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{name} = {target}\n"
+                                 for name, target in names.items())
+        for group, names in groups.items()))
+    return site
+
+
+def test_installed_plugin_loads_and_can_be_turned_off(bare, installed):
+    path = (ROOT, str(installed))
+    result = run_pytest(bare, pythonpath=path)
+    assert result.returncode == 4, result.output
+    assert "does not exist; run `pytest --autotune-update`" in \
+        _error_line(result)
+    result = run_pytest(bare, "-p", "no:autotune", pythonpath=path)
+    assert result.returncode == 0, result.output
+    assert "1 passed" in result.output
