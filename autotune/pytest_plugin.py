@@ -32,7 +32,7 @@ INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND)
 BACKENDS = ("auto", "gpu", "interpreter")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
-STAT_FIELDS = ("hits", "tuned", "misses", "nearest", "candidate_benchmarks",
+STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest", "candidate_benchmarks",
                "tuning_seconds", "saved_seconds")
 WORKER_KEY = "autotune"
 
@@ -131,11 +131,15 @@ class Settings:
                              "the ini file or pass --autotune-cache=PATH")
             return None
         cache = os.path.normpath(cache)
+        shown = os.path.relpath(cache, str(config.invocation_params.dir))
+        if shown.startswith(".."):
+            shown = cache
         if opt.autotune_prune_unused and not opt.autotune_update:
             raise _usage("--autotune-prune-unused only works with "
                          "--autotune-update")
         settings = cls(cache, opt.autotune_update, opt.autotune_prune_unused,
                        require and not opt.autotune_update, report, backend)
+        settings.shown = shown
         if not hasattr(config, "workerinput"):
             settings.check_paths()
         return settings
@@ -144,22 +148,22 @@ class Settings:
         """Bad paths stop the run before any test (and any tuning)."""
         if not self.update:
             if not os.path.exists(self.cache):
-                raise _usage(f"{self.cache} does not exist; run `pytest "
+                raise _usage(f"{self.shown} does not exist; run `pytest "
                              "--autotune-update` to create it")
             return
         directory = os.path.dirname(self.cache) or "."
         if not os.path.isdir(directory):
-            raise _usage(f"--autotune-update: cannot write {self.cache}: "
+            raise _usage(f"--autotune-update: cannot write {self.shown}: "
                          f"directory {directory} does not exist")
         if os.path.isdir(self.cache):
-            raise _usage(f"--autotune-update: {self.cache} is a directory, "
+            raise _usage(f"--autotune-update: {self.shown} is a directory, "
                          "not a results file")
         problem = _write_problem(directory)
         if problem is None and os.path.exists(self.cache) and \
                 not os.access(self.cache, os.W_OK):
             problem = "the file is read-only"
         if problem:
-            raise _usage(f"--autotune-update: cannot write {self.cache}: "
+            raise _usage(f"--autotune-update: cannot write {self.shown}: "
                          f"{problem}; nothing was tuned or written")
 
 
@@ -204,7 +208,7 @@ def _stats_dict(sessions):
     totals = dict.fromkeys(STAT_FIELDS, 0)
     for sess in sessions:
         for name in STAT_FIELDS:
-            totals[name] += getattr(sess.stats, name)
+            totals[name] += getattr(sess.stats, name, 0)
     return totals
 
 
@@ -278,26 +282,42 @@ class AutotunePlugin:
             self.old_entries = self._read_old_cache()
 
     def _read_old_cache(self):
-        from autotune import results_io
+        from autotune import codec
         if not os.path.exists(self.settings.cache):
             return []
         try:
-            return results_io.load_results(self.settings.cache)
-        except results_io.CacheFileError as e:
+            return codec.load_results(self.settings.cache)
+        except codec.CacheFileError as e:
             raise _usage(f"{e}; nothing was tuned or written (fix or delete "
                          "the file)")
 
     # -- sessions ----------------------------------------------------------
     def base_options(self):
-        from autotune import flags
+        """AUTOTUNE_FLAGS (a per-fusion directory, a remote cache, ...) with
+        what the plugin decides: which file is loaded, require-complete, the
+        backend."""
+        import dataclasses
+        from autotune import flags, runtime
         s = self.settings
-        options = {"autotune_backend": s.backend}
+        try:
+            env = flags.from_environment()
+        except flags.AutotuneFlagsError as e:
+            raise runtime.AutotuneError(str(e)) from None
+        options = {f.name: getattr(env, f.name)
+                   for f in dataclasses.fields(env)}
+        if s.backend != "auto":
+            options["autotune_backend"] = s.backend
         if s.update:
-            if "autotune_incumbents_from" in flags.flag_names():
+            # Everything the selected tests meet is tuned afresh.
+            options["load_autotune_results_from"] = []
+            options["require_complete_autotune_results"] = False
+            if "autotune_incumbents_from" in options:
                 options["autotune_incumbents_from"] = [s.cache]
         else:
-            options["load_autotune_results_from"] = [s.cache]
-            options["require_complete_autotune_results"] = s.require_complete
+            options["load_autotune_results_from"] = [s.cache] + [
+                p for p in env.load_autotune_results_from if p != s.cache]
+            options["require_complete_autotune_results"] = (
+                s.require_complete or env.require_complete_autotune_results)
         return options
 
     def start_session(self, options):
@@ -339,10 +359,10 @@ class AutotunePlugin:
             raise _usage(str(e).replace("autotune: ", "", 1)) from None
 
     def _validate_cache(self):
-        from autotune import results_io
+        from autotune import codec
         try:
-            results_io.load_results(self.settings.cache)
-        except results_io.CacheFileError as e:
+            codec.load_results(self.settings.cache)
+        except codec.CacheFileError as e:
             raise _usage(f"cannot load autotune results: {e}") from None
 
     def pytest_report_header(self, config):
@@ -457,21 +477,21 @@ class AutotunePlugin:
         if self.settings.update:
             self._finish_update(session, exitstatus, runs)
         if self.settings.report:
-            from autotune import results_io
+            from autotune import codec
             try:
-                results_io.atomic_write(self.settings.report, json.dumps(
+                codec.atomic_write(self.settings.report, json.dumps(
                     self.result, indent=2, sort_keys=True).encode() + b"\n")
-            except results_io.CacheFileError as e:
+            except codec.CacheFileError as e:
                 self.result.setdefault("errors", []).append(str(e))
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         _install(None)
 
     def _worker_payload(self):
-        from autotune import results_io
+        from autotune import codec
         entries = self._entries_of_this_process()
         return {"stats": _stats_dict(self.sessions),
                 "misses": self.misses,
-                "entries": results_io.encode(
+                "entries": codec.encode(
                     entries, "worker.textproto").decode() if entries else ""}
 
     def _entries_of_this_process(self):
@@ -482,7 +502,7 @@ class AutotunePlugin:
     def _gather(self):
         """Statistics, misses and tuned entries of the whole run, from this
         process or, on a controller, from every worker."""
-        from autotune import results_io
+        from autotune import codec
         if not self.is_controller:
             return (_stats_dict(self.sessions), self.misses,
                     [("this run", s.dump_entries()) for s in self.sessions])
@@ -493,7 +513,7 @@ class AutotunePlugin:
                 stats[name] += payload["stats"].get(name, 0)
             misses.extend(payload["misses"])
             if payload["entries"]:
-                runs.append((worker, results_io.decode(
+                runs.append((worker, codec.decode(
                     payload["entries"].encode(), f"{worker}.textproto")))
         return stats, misses, runs
 
@@ -524,7 +544,7 @@ class AutotunePlugin:
         return list(chosen.values()), conflicts
 
     def _finish_update(self, session, exitstatus, runs):
-        from autotune import cache_tool, results_io
+        from autotune import cache_tool, codec
         tuned, conflicts = self._merge(runs)
         self.result["conflicts"] = conflicts
         cache = self.settings.cache
@@ -561,8 +581,8 @@ class AutotunePlugin:
             self.diff = diff
             return
         try:
-            results_io.dump_results(new, cache)
-        except (results_io.CacheFileError, OSError) as e:
+            codec.dump_results(new, cache)
+        except (codec.CacheFileError, OSError) as e:
             self.result["written"] = False
             self.result["not_written_because"] = str(e)
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
@@ -578,7 +598,10 @@ class AutotunePlugin:
         tr = terminalreporter
         tr.write_sep("-", "autotune")
         tr.write_line(
-            f"autotune: {r['hits']} hits, {r['tuned']} tuned, "
+            f"autotune: {r['hits']} hits, "
+            + (f"{r['remote_hits']} remote hits, " if r["remote_hits"]
+               else "")
+            + f"{r['tuned']} tuned, "
             f"{r['misses']} missed; {r['candidate_benchmarks']} candidate "
             f"benchmarks, {r['tuning_seconds']:.2f} s tuning, "
             f"{r['saved_seconds']:.2f} s saved "

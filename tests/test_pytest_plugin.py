@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from autotune import results_io
+from autotune import codec
 from autotune.records import CacheKey, Candidate, Config, Entry, Provenance
 from autotune import pytest_plugin
 
@@ -122,7 +122,7 @@ def run_pytest(pytester, *args, pythonpath=(ROOT,)):
 
 def entries_of(path):
     return {(e.key.kernel, e.key.signature): e
-            for e in results_io.load_results(str(path))}
+            for e in codec.load_results(str(path))}
 
 
 @pytest.fixture(scope="module")
@@ -185,10 +185,10 @@ def test_update_of_a_subset_keeps_other_entries(project):
     # An entry no test meets, and the double_kernel entry, must survive a
     # run that only selects add_one tests.
     cache = project.path / CACHE
-    entries = list(results_io.load_results(str(cache)))
+    entries = list(codec.load_results(str(cache)))
     other = entries[0].replace(key=entries[0].key._replace(
         kernel="unused_kernel"))
-    results_io.dump_results(entries + [other], str(cache))
+    codec.dump_results(entries + [other], str(cache))
     before = entries_of(cache)
     result = run_pytest(project, *PLUGIN, "--autotune-update", "-k",
                         "add_one", "--autotune-prune-unused")
@@ -204,10 +204,10 @@ def test_update_of_a_subset_keeps_other_entries(project):
 
 def test_prune_unused_on_a_full_run(project):
     cache = project.path / CACHE
-    entries = list(results_io.load_results(str(cache)))
+    entries = list(codec.load_results(str(cache)))
     other = entries[0].replace(key=entries[0].key._replace(
         kernel="unused_kernel"))
-    results_io.dump_results(entries + [other], str(cache))
+    codec.dump_results(entries + [other], str(cache))
     result = run_pytest(project, *PLUGIN, "--autotune-update",
                         "--autotune-prune-unused")
     assert result.returncode == 0, result.output
@@ -332,7 +332,7 @@ def test_missing_cache_in_load_mode(bare):
     result = run_pytest(bare, *PLUGIN)
     assert result.returncode == 4
     assert _error_line(result) == (
-        f"ERROR: autotune: {bare.path / CACHE} does not exist; run `pytest "
+        f"ERROR: autotune: {CACHE} does not exist; run `pytest "
         "--autotune-update` to create it")
     assert "test_nothing" not in result.output
 
@@ -369,7 +369,7 @@ def test_update_on_a_read_only_path(bare):
         os.chmod(directory, 0o755)
     assert result.returncode == 4, result.output
     line = _error_line(result)
-    assert f"cannot write {cache}" in line and "not writable" in line
+    assert f"cannot write {CACHE}" in line and "not writable" in line
     assert "test_nothing" not in result.output
     assert cache.read_bytes() == b""
 
