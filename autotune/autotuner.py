@@ -173,6 +173,8 @@ class Autotuner:
             restore=self.restore_value, on_benchmark=sess.count_benchmark,
             name=self.name, compile_checker=checker,
             on_compile_rejected=sess.count_compile_rejected)
+        # The cached config of this fusion, if any: kept unless beaten.
+        incumbent = sess.incumbent_config(key)
         if self.space is None or self.search == "exhaustive":
             configs = self.configs if self.space is None else \
                 self.space.configs()
@@ -180,16 +182,24 @@ class Autotuner:
             if seeds:
                 # seeded: a short search, the neighbours' configs first.
                 rest = rest[:max(1, len(rest) // 2)]
+                if incumbent in configs and incumbent not in seeds \
+                        and incumbent not in rest:
+                    rest.append(incumbent)
             result = tuner.run_candidates(evaluator, list(seeds) + rest,
-                                          "seeded" if seeds else "exhaustive")
+                                          "seeded" if seeds else "exhaustive",
+                                          incumbent=incumbent)
         else:
             from autotune.search import evolutionary
             budget = self.budget
             if seeds and budget:
                 budget = max(len(seeds) + 1, budget // 2)
+            first = list(seeds)
+            if incumbent is not None and incumbent not in first:
+                first.append(incumbent)
             result = evolutionary.tune_with_search(
                 evaluator, self.space, budget=budget, seed=self.seed,
-                seeds=seeds)
+                seeds=first)
+            result = tuner.reselect(evaluator, result, incumbent)
         return Entry(key, result.best.config, result.best.run_time_us,
                      sorted(result.candidates,
                             key=lambda c: c.config.sort_key),

@@ -42,6 +42,12 @@ class Options:
     autotune_remote_cache_password_file: str = None
     autotune_remote_cache_ca_file: str = None
     autotune_compile_check: str = None
+    autotune_incumbents_from: list = dataclasses.field(default_factory=list)
+
+
+# Flags that take a comma-separated list: repeating one adds to the list.
+# Any other flag given twice is an error (the last value would silently win).
+LIST_FLAGS = ("load_autotune_results_from", "autotune_incumbents_from")
 
 
 def _define(values):
@@ -59,9 +65,10 @@ def _define(values):
         ".textproto, .pbtxt, .txtpb, .prototxt: text format; otherwise "
         "binary).",
         flag_values=values)
-    absl_flags.DEFINE_list(
+    absl_flags.DEFINE_multi_string(
         "load_autotune_results_from", [],
-        "Comma-separated results files to load at start.", flag_values=values)
+        "Comma-separated results files to load at start; may be repeated.",
+        flag_values=values)
     absl_flags.DEFINE_bool(
         "require_complete_autotune_results", False,
         "Fail on any cache miss, listing every missing fusion.",
@@ -88,6 +95,12 @@ def _define(values):
         "autotune_fail_if_sharded", False,
         "Fail when run as one shard of several (dump targets set this: a "
         "dump must see every fusion).", flag_values=values)
+    absl_flags.DEFINE_multi_string(
+        "autotune_incumbents_from", [],
+        "Comma-separated results files whose entries are incumbents: a "
+        "fusion being tuned keeps its incumbent's config unless a challenger "
+        "is faster by more than the measured noise. Files that do not exist "
+        "are ignored; may be repeated.", flag_values=values)
     _define_remote(values)
     _define_compile_check(values)
 
@@ -182,8 +195,25 @@ def parse(text, env=None):
             + ", ".join("--" + n for n in flag_names()))
     except absl_flags.Error as e:
         raise AutotuneFlagsError(f"{ENV_VAR}: {e}")
+    for name in flag_names():
+        if name not in LIST_FLAGS and values[name].present > 1:
+            raise AutotuneFlagsError(
+                f"{ENV_VAR}: --{name} is given {values[name].present} times; "
+                "it takes one value (give it once)")
     options = Options(**{name: values[name].value for name in flag_names()})
+    for name in LIST_FLAGS:
+        setattr(options, name, split_list(getattr(options, name)))
     return resolve_options(options, env)
+
+
+def split_list(value):
+    """A list flag's value from one string or a list of them: each item
+    may hold several comma-separated paths; empty items are dropped."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    return [part for item in value for part in str(item).split(",") if part]
 
 
 def resolve_options(options, env=None):
@@ -198,9 +228,9 @@ def resolve_options(options, env=None):
                  "autotune_remote_cache_ca_file"):
         setattr(options, name, resolve_path(getattr(options, name), env,
                                             name))
-    options.load_autotune_results_from = [
-        resolve_path(p, env, "load_autotune_results_from")
-        for p in options.load_autotune_results_from or []]
+    for name in LIST_FLAGS:
+        setattr(options, name, [resolve_path(p, env, name)
+                                for p in getattr(options, name) or []])
     return options
 
 

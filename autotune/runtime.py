@@ -41,6 +41,8 @@ class Stats:
         self.remote_hits = 0
         self.misses = 0
         self.tuned = 0
+        self.incumbents_kept = 0
+        self.incumbents_replaced = 0
         self.nearest = 0
         self.candidate_benchmarks = 0
         self.compile_rejected = 0  # configs dropped by the compile check
@@ -52,10 +54,16 @@ class Stats:
         return {"hits": self.hits, "remote_hits": self.remote_hits,
                 "misses": self.misses,
                 "tuned": self.tuned, "nearest": self.nearest,
+                "incumbents_kept": self.incumbents_kept,
+                "incumbents_replaced": self.incumbents_replaced,
                 "candidate_benchmarks": self.candidate_benchmarks,
                 "compile_rejected": self.compile_rejected,
                 "tuning_seconds": round(self.tuning_seconds, 3),
                 "saved_seconds": round(self.saved_seconds, 3)}
+
+
+def _fusion_of(key):
+    return key.kernel, key.signature, key.device
 
 
 def _saved_by(entry):
@@ -96,11 +104,19 @@ class Session:
         self.cache = ResultsCache(self.device_key, per_fusion, remote)
         for path in self.options.load_autotune_results_from:
             self._load(path)
+        # (kernel, signature, device) -> entries of the incumbents files.
+        self.incumbents = {}
+        for path in self.options.autotune_incumbents_from:
+            self._load_incumbents(path)
         dump = self.options.dump_autotune_results_to
         if dump and not os.path.isdir(os.path.dirname(os.path.abspath(dump))):
             raise AutotuneError(
                 f"--dump_autotune_results_to={dump}: directory "
                 f"{os.path.dirname(os.path.abspath(dump))} does not exist")
+        if dump and os.path.exists(dump):
+            # The dump merges into this file at exit: say now, not after
+            # the tests ran, that it cannot be read.
+            self._read_existing_dump(dump)
 
     def _check_sharding(self):
         total = int(os.environ.get("TEST_TOTAL_SHARDS", "1") or "1")
@@ -139,6 +155,37 @@ class Session:
                                   "by_device": dict(loaded.by_device),
                                   "usable": usable})
         print(line, file=sys.stderr)
+
+    def _load_incumbents(self, path):
+        if not os.path.exists(path):
+            # The first regenerate has no cache yet: tune without them.
+            print(f"autotune: incumbents {path}: no such file; tuning "
+                  "without incumbents", file=sys.stderr)
+            return
+        try:
+            entries = codec.load_results(path)
+        except CacheFileError as e:
+            raise AutotuneError(f"cannot load autotune incumbents: {e}")
+        for entry in entries:
+            self.incumbents.setdefault(_fusion_of(entry.key), []).append(
+                entry)
+        print(f"autotune: incumbents {path}: {len(entries)} entries",
+              file=sys.stderr)
+
+    def incumbent_for(self, key):
+        """The incumbent entry of a fusion: same kernel, signature and
+        device, any fingerprint; the one with this exact key first."""
+        entries = self.incumbents.get(_fusion_of(key))
+        if not entries:
+            return None
+        for entry in entries:
+            if entry.key == key:
+                return entry
+        return entries[0]
+
+    def incumbent_config(self, key):
+        entry = self.incumbent_for(key)
+        return entry.best if entry is not None else None
 
     # -- lookups ---------------------------------------------------------
     def resolve(self, key, tune_fn, neighbours_fn=None):
@@ -192,6 +239,19 @@ class Session:
             self.stats.tuned += 1
             self.stats.tuning_seconds += entry.provenance.tuning_seconds
             self.stats.fusions[key] = {"status": "tuned", "source": None}
+            incumbent = self.incumbent_for(key)
+            if incumbent is not None:
+                kept = entry.best == incumbent.best
+                self.stats.fusions[key]["incumbent"] = \
+                    "kept" if kept else "replaced"
+                if kept:
+                    self.stats.incumbents_kept += 1
+                    if incumbent.key == key:
+                        # Same key, same winner: the entry as it was, so a
+                        # dump is byte-identical.
+                        entry = incumbent
+                else:
+                    self.stats.incumbents_replaced += 1
             return self.cache.store(entry)
 
     def count_benchmark(self):
@@ -205,6 +265,29 @@ class Session:
         """The results this run used: hits and tuned fusions, this device."""
         return list(self.cache.memory.values())
 
+    def _read_existing_dump(self, path):
+        try:
+            return codec.load_results(path)
+        except CacheFileError as e:
+            raise AutotuneError(
+                f"--dump_autotune_results_to: the existing file cannot be "
+                f"read ({e}); the dump merges into it, so fix or remove it")
+
+    def merged_dump_entries(self, path):
+        """What the dump writes: the entries this run used, plus every
+        entry of the existing file at `path` that none of them supersedes
+        (same kernel, signature and device). A dump therefore never drops
+        what it did not replace: not the loaded entries this run did not
+        touch, not the fusions a failed run never reached. Returns
+        (entries, number kept from the file)."""
+        used = self.dump_entries()
+        if not os.path.exists(path):
+            return used, 0
+        superseded = set(map(_fusion_of, (e.key for e in used)))
+        kept = [e for e in self._read_existing_dump(path)
+                if _fusion_of(e.key) not in superseded]
+        return used + kept, len(kept)
+
     def summary_line(self):
         s = self.stats
         line = (f"autotune: {len(s.fusions)} fusions on {self.device_key}: "
@@ -214,6 +297,9 @@ class Session:
                 + f"{s.tuned} tuned, {s.misses} missed"
                 + (f" ({s.nearest} served by nearest shape)" if s.nearest
                    else "")
+                + (f"; incumbents: {s.incumbents_kept} kept, "
+                   f"{s.incumbents_replaced} replaced"
+                   if s.incumbents_kept or s.incumbents_replaced else "")
                 + f"; {s.candidate_benchmarks} candidate benchmarks, "
                 f"{s.tuning_seconds:.2f} s tuning, "
                 f"{s.saved_seconds:.2f} s saved by hits")
@@ -243,10 +329,11 @@ class Session:
             self.finished = True
             dump = self.options.dump_autotune_results_to
             if dump:
-                entries = self.dump_entries()
+                entries, kept = self.merged_dump_entries(dump)
                 codec.dump_results(entries, dump)
-                print(f"autotune: dumped {len(entries)} entries to {dump}",
-                      file=sys.stderr)
+                print(f"autotune: dumped {len(entries)} entries to {dump} "
+                      f"({len(entries) - kept} used by this run, {kept} "
+                      "kept from the file)", file=sys.stderr)
             print(self.summary_line(), file=sys.stderr)
             if self.cache.remote is not None:
                 print(self.cache.remote.summary_line(), file=sys.stderr)
@@ -288,9 +375,12 @@ def configure(backend=None, **options):
     if unknown:
         raise AutotuneError(f"unknown option(s): {', '.join(sorted(unknown))};"
                             f" known: {', '.join(flags.flag_names())}")
-    if isinstance(options.get("load_autotune_results_from"), str):
-        options["load_autotune_results_from"] = [
-            options["load_autotune_results_from"]]
+    for name in flags.LIST_FLAGS:
+        value = options.get(name)
+        if isinstance(value, str):
+            options[name] = flags.split_list(value)
+        elif value is not None:
+            options[name] = [os.fspath(p) for p in value]
     try:
         opts = flags.resolve_options(flags.Options(**options))
     except flags.AutotuneFlagsError as e:

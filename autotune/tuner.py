@@ -3,15 +3,22 @@
 For each candidate: restore the arguments the kernel writes to, launch,
 compare the outputs with the reference, time on the backend. Failures are
 classified (compile error, out of resources, wrong result, timeout, runtime
-error) and can never win. The winner is the fastest correct candidate; ties
-go to the smallest config, so the choice is deterministic.
+error) and can never win.
+
+The winner is chosen so that noise cannot flip it (see SelectionRule): a
+config is only replaced by a challenger that is faster by more than the
+measured noise, in interleaved head-to-head timings; candidates that cannot
+be told apart go to the incumbent (the cached config of the fusion), else
+to the smallest config, so repeated tunes agree.
 """
 import datetime
 import math
+import statistics
 import time
+from typing import NamedTuple
 
 from autotune import backends
-from autotune.records import Candidate, Provenance, best_of
+from autotune.records import Candidate, Provenance
 
 
 class TuningError(Exception):
@@ -212,6 +219,12 @@ class CandidateEvaluator:
                              _detail(e)), None
         return Candidate(config, timing.median_us), timing
 
+    def retime(self, config):
+        """Times a config that already ran correctly once more (no output
+        check); returns the backend's Timing."""
+        self._restore()
+        return self.backend.time(lambda: self.launch(config))
+
     def finish(self):
         """Restores the arguments, so the real launch sees the inputs."""
         self._restore()
@@ -230,13 +243,167 @@ class TuneResult:
         self.spread = spread
         self.seconds = seconds
         self.tuner = tuner
+        self.duels = []
 
 
-def run_candidates(evaluator, configs, tuner_name="exhaustive"):
-    """Evaluates every config once, in order; returns a TuneResult."""
+class SelectionRule(NamedTuple):
+    """How a winner is chosen among correct candidates.
+
+    1. Preference order: the incumbent (if it ran correctly), then every
+       candidate the first pass cannot tell from the fastest -- time within
+       max(screen_margin, 2 x the pair's measured relative noise) of it --
+       smallest config first.
+    2. The first candidate in that order is kept unless the fastest
+       candidate of the first pass beats it head to head: rounds of one
+       timing of each, the order alternating between rounds so drift
+       cancels; the challenger wins when the 95% confidence interval of
+       the time ratio (Student's t on the log ratios of the rounds) lies
+       entirely below 1 - min_improvement. Decided from min_rounds on, as
+       soon as the interval lies below or above that line or the
+       challenger is not faster on average; kept after max_rounds when it
+       still straddles the line. A kept candidate is
+       the winner; a beaten one makes way for the next in order (at most
+       max_duels), and the fastest wins when none is kept.
+    """
+    min_improvement: float = 0.05
+    screen_margin: float = 0.10
+    min_rounds: int = 4
+    max_rounds: int = 8
+    max_duels: int = 3
+
+
+DEFAULT_RULE = SelectionRule()
+
+# 97.5% quantiles of Student's t (two-sided 95% intervals), by degrees of
+# freedom.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262,
+         2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101,
+         2.093, 2.086)
+
+
+def _t975(df):
+    return _T975[df - 1] if df <= len(_T975) else 1.960
+
+
+def relative_noise(timing):
+    """Spread of one timing's repetitions relative to their median: the
+    interquartile range when there are enough repetitions (a GPU timing's
+    rare outliers should not count), else the full range."""
+    if timing is None or not timing.median_us:
+        return 0.0
+    samples = timing.samples
+    if len(samples) >= 8:
+        q1, _, q3 = statistics.quantiles(samples, n=4)
+        return (q3 - q1) / timing.median_us
+    return (samples[-1] - samples[0]) / timing.median_us
+
+
+class Duel(NamedTuple):
+    holder: object      # Config kept unless beaten
+    challenger: object  # Config
+    challenger_won: bool
+    rounds: int
+    mean_ratio: float   # geometric mean of challenger time / holder time
+
+
+def duel(retime, holder, challenger, rule=DEFAULT_RULE):
+    """Head-to-head timings of two configs; returns (Duel, {config:
+    [median_us, ...]}). retime(config) -> Timing."""
+    threshold = math.log(1.0 - rule.min_improvement)
+    log_ratios = []
+    times = {holder: [], challenger: []}
+    won = False
+    for round_index in range(rule.max_rounds):
+        order = (holder, challenger) if round_index % 2 == 0 else \
+            (challenger, holder)
+        for config in order:
+            times[config].append(retime(config).median_us)
+        h, c = times[holder][-1], times[challenger][-1]
+        log_ratios.append(math.log(max(c, 1e-9) / max(h, 1e-9)))
+        n = len(log_ratios)
+        if n < rule.min_rounds:
+            continue
+        mean = statistics.fmean(log_ratios)
+        half_width = _t975(n - 1) * statistics.stdev(log_ratios) / math.sqrt(n)
+        if mean + half_width < threshold:
+            won = True
+            break
+        if mean - half_width > threshold or mean >= 0.0:
+            # Shown not to be min_improvement faster, or not faster at all
+            # on average: more rounds would hardly prove a gain.
+            break
+    mean = statistics.fmean(log_ratios)
+    return Duel(holder, challenger, won, len(log_ratios),
+                math.exp(mean)), times
+
+
+class Selection(NamedTuple):
+    best: Candidate
+    candidates: list
+    duels: list
+
+
+def select_winner(candidates, timings, retime, incumbent=None,
+                  rule=DEFAULT_RULE):
+    """Chooses the winner among measured candidates (see SelectionRule).
+
+    candidates: Candidates of the first pass; timings: {config: Timing}
+    where known (noise estimates); retime(config) -> Timing for the
+    head-to-head rounds; incumbent: the cached config of this fusion, or
+    None. The candidates that took part in a duel get the median of all
+    their measurements as their time."""
+    ok = [c for c in candidates if c.ok]
+    if not ok:
+        return Selection(None, list(candidates), [])
+    by_config = {c.config: c for c in ok}
+    fastest = min(ok, key=lambda c: (c.run_time_us, c.config.sort_key))
+
+    def noise(config):
+        return relative_noise(timings.get(config))
+
+    def ties_with_fastest(cand):
+        margin = max(rule.screen_margin,
+                     2.0 * max(noise(cand.config), noise(fastest.config)))
+        return cand.run_time_us <= fastest.run_time_us * (1.0 + margin)
+
+    order = []
+    if incumbent is not None and incumbent in by_config:
+        order.append(incumbent)
+    order += sorted((c.config for c in ok if ties_with_fastest(c)
+                     and c.config != incumbent), key=lambda c: c.sort_key)
+    samples = {}
+    duels = []
+    winner = fastest.config
+    for holder in order:
+        if holder == fastest.config:
+            break
+        if len(duels) == rule.max_duels:
+            break
+        result, times = duel(retime, holder, fastest.config, rule)
+        duels.append(result)
+        for config, values in times.items():
+            samples.setdefault(config, []).extend(values)
+        if not result.challenger_won:
+            winner = holder
+            break
+    out = []
+    for cand in candidates:
+        if cand.config in samples:
+            pooled = [cand.run_time_us] + samples[cand.config]
+            cand = cand._replace(run_time_us=round(statistics.median(pooled),
+                                                   3))
+        out.append(cand)
+    best = next(c for c in out if c.config == winner and c.ok)
+    return Selection(best, out, duels)
+
+
+def run_candidates(evaluator, configs, tuner_name="exhaustive",
+                   incumbent=None, rule=DEFAULT_RULE):
+    """Evaluates every config once, in order, then chooses the winner
+    (select_winner); returns a TuneResult."""
     start = time.perf_counter()
     candidates = []
-    spreads = {}
+    timings = {}
     seen = set()
     configs = list(configs)
     evaluator.precheck(configs)
@@ -247,16 +414,40 @@ def run_candidates(evaluator, configs, tuner_name="exhaustive"):
         candidate, timing = evaluator(config)
         candidates.append(candidate)
         if timing is not None:
-            spreads[config] = timing.spread
-    evaluator.finish()
-    best = best_of(candidates)
-    if best is None:
+            timings[config] = timing
+    if not any(c.ok for c in candidates):
+        evaluator.finish()
         kinds = ", ".join(sorted({c.failure for c in candidates}))
         raise TuningError(f"no config ran correctly ({len(candidates)} tried; "
                           f"failures: {kinds}); first: "
                           f"{candidates[0].failure_detail if candidates else ''}")
-    return TuneResult(candidates, best, spreads.get(best.config, 0.0),
-                      time.perf_counter() - start, tuner_name)
+    selection = select_winner(candidates, timings, evaluator.retime,
+                              incumbent, rule)
+    evaluator.finish()
+    best = selection.best
+    spread = timings[best.config].spread if best.config in timings else 0.0
+    result = TuneResult(selection.candidates, best, spread,
+                        time.perf_counter() - start, tuner_name)
+    result.duels = selection.duels
+    return result
+
+
+def reselect(evaluator, result, incumbent=None, rule=DEFAULT_RULE):
+    """Applies select_winner to a TuneResult produced by a search, which
+    records one time per candidate and no per-candidate noise."""
+    if not any(c.ok for c in result.candidates):
+        return result
+    start = time.perf_counter()
+    selection = select_winner(result.candidates, {}, evaluator.retime,
+                              incumbent, rule)
+    evaluator.finish()
+    out = TuneResult(selection.candidates, selection.best,
+                     result.spread if selection.best.config ==
+                     result.best.config else 0.0,
+                     result.seconds + time.perf_counter() - start,
+                     result.tuner)
+    out.duels = selection.duels
+    return out
 
 
 def provenance_for(backend, result):
