@@ -223,7 +223,14 @@ class CandidateEvaluator:
         """Times a config that already ran correctly once more (no output
         check); returns the backend's Timing."""
         self._restore()
-        return self.backend.time(lambda: self.launch(config))
+        try:
+            return self.backend.time(
+                lambda: self.launch(config),
+                self._restore if self.restore_between_runs else None)
+        except Exception as e:
+            if backends.corrupts_context(e):
+                _stop_for_lost_context(self.name, config, e)
+            raise
 
     def finish(self):
         """Restores the arguments, so the real launch sees the inputs."""
@@ -317,7 +324,11 @@ def duel(retime, holder, challenger, rule=DEFAULT_RULE):
         order = (holder, challenger) if round_index % 2 == 0 else \
             (challenger, holder)
         for config in order:
-            times[config].append(retime(config).median_us)
+            try:
+                times[config].append(retime(config).median_us)
+            except Exception:  # ran correctly before; failing now, it loses
+                return Duel(holder, challenger, config == holder,
+                            len(log_ratios), math.nan), times
         h, c = times[holder][-1], times[challenger][-1]
         log_ratios.append(math.log(max(c, 1e-9) / max(h, 1e-9)))
         n = len(log_ratios)

@@ -41,7 +41,9 @@ class NoisyBackend(backends.Backend):
             value *= 1.5
         return value
 
-    def time(self, run):
+    def time(self, run, setup=None):
+        if setup is not None:
+            setup()
         run()
         self.timed.append(self.launched)
         return backends.Timing([self._sample()
@@ -144,3 +146,14 @@ def test_duel_alternates_the_order_of_the_timings():
         return backends.Timing([100.0])
     tuner.duel(retime, INCUMBENT, CHALLENGER)
     assert calls[:4] == [INCUMBENT, CHALLENGER, CHALLENGER, INCUMBENT]
+
+
+def test_config_that_fails_in_the_duel_loses_it():
+    def retime(config):
+        if config == CHALLENGER:
+            raise RuntimeError("launch failed")
+        return backends.Timing([100.0])
+    result, _ = tuner.duel(retime, INCUMBENT, CHALLENGER)
+    assert not result.challenger_won
+    result, _ = tuner.duel(retime, CHALLENGER, INCUMBENT)
+    assert result.challenger_won
