@@ -20,19 +20,41 @@ from autotune.search import reuse
 from autotune.errors import AutotuneError, CacheFileError
 
 
-class AutotuneCacheMissError(AutotuneError):
-    """Raised in require-complete mode; lists every miss seen so far."""
+REGENERATE = "bazel run @rules_autotune//tools:regenerate"
 
-    def __init__(self, misses, notes=None):
+
+class AutotuneCacheMissError(AutotuneError):
+    """Raised in require-complete mode; lists every miss seen so far.
+    notes: {miss key: why a tier could not answer}. stale: {miss key:
+    fingerprint of the loaded entry with the same kernel, signature and
+    device} (the kernel changed since it was tuned)."""
+
+    def __init__(self, misses, notes=None, stale=None):
         self.misses = list(misses)
+        self.stale = dict(stale or {})
         notes = notes or {}
-        lines = "\n".join(f"  - {k.kernel} [{k.signature}] on {k.device}"
-                          + (f": {notes[k]}" if k in notes else "")
-                          for k in self.misses)
+        lines = "\n".join(
+            f"  - {k.kernel} [{k.signature}] on {k.device}: "
+            + (f"stale: the kernel changed since it was tuned (cached "
+               f"fingerprint {self.stale[k]}, now {k.fingerprint})"
+               if k in self.stale else "missing")
+            + (f"; {notes[k]}" if k in notes else "")
+            for k in self.misses)
+        n_stale = sum(k in self.stale for k in self.misses)
         super().__init__(
-            f"require_complete_autotune_results: {len(self.misses)} "
-            f"fusion(s) missing from the autotune cache:\n{lines}\n"
-            "Regenerate the cache (tools/regenerate.py) and commit it.")
+            f"require_complete_autotune_results: {n_stale} fusion(s) stale, "
+            f"{len(self.misses) - n_stale} fusion(s) missing from the "
+            f"autotune cache:\n{lines}\n"
+            f"Regenerate the cache (`{REGENERATE}`) and commit it.")
+
+
+def _workspace_relative(path):
+    """A runfiles path as the user knows it: relative to the workspace."""
+    root = os.path.join(os.environ.get("TEST_SRCDIR", ""),
+                        os.environ.get("TEST_WORKSPACE", ""))
+    if os.environ.get("TEST_SRCDIR") and path.startswith(root + os.sep):
+        return path[len(root) + 1:]
+    return path
 
 
 class Stats:
@@ -128,7 +150,7 @@ class Session:
                 f"{int(os.environ.get('TEST_SHARD_INDEX', '0')) + 1} of "
                 f"{total}: each shard would see only part of the fusions. "
                 f"Run `bazel test {target} --test_sharding_strategy=disabled`"
-                ", or python tools/regenerate.py, which does.")
+                f", or `{REGENERATE}`, which does.")
 
     def _check_expected_gpu(self):
         want = self.options.autotune_expected_gpu
@@ -139,6 +161,10 @@ class Session:
                 f"{want}, or regenerate the cache for this GPU.")
 
     def _load(self, path):
+        if not os.path.exists(path):
+            raise AutotuneError(
+                f"autotune cache {_workspace_relative(path)} does not exist "
+                f"yet: create it with `{REGENERATE}`, then commit it")
         try:
             loaded = self.cache.load_file(path)
         except (CacheFileError, CacheConflictError) as e:
@@ -215,7 +241,8 @@ class Session:
                 self.miss_notes[key] = remote.unreachable_note()
             if self.options.require_complete_autotune_results:
                 self.stats.fusions[key] = {"status": "missed", "source": None}
-                raise AutotuneCacheMissError(self.miss_keys, self.miss_notes)
+                raise AutotuneCacheMissError(self.miss_keys, self.miss_notes,
+                                             self._stale(self.miss_keys))
             policy = self.options.autotune_miss_policy
             # The default policy needs no neighbours: no scan of the cache.
             neighbours = neighbours_fn() if neighbours_fn and \
@@ -253,6 +280,13 @@ class Session:
                 else:
                     self.stats.incumbents_replaced += 1
             return self.cache.store(entry)
+
+    def _stale(self, keys):
+        """Loaded fingerprints of the keys whose kernel changed."""
+        wanted = {(k.device, k.kernel, k.signature): k for k in keys}
+        return {wanted[(k.device, k.kernel, k.signature)]: k.fingerprint
+                for k in self.cache.loaded
+                if (k.device, k.kernel, k.signature) in wanted}
 
     def count_benchmark(self):
         self.stats.candidate_benchmarks += 1

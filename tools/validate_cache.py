@@ -2,9 +2,10 @@
 
     validate_cache.py CACHE... [--kernel_module=MODULE ...]
 
-Fails naming the file and the reason when a cache does not parse, has an
-unknown format version or duplicate keys, or holds entries whose kernel
-fingerprint matches no kernel in the tree (stale: regenerate it).
+Fails naming the file and the reason when a cache does not exist yet, does
+not parse, has an unknown format version or duplicate keys, or holds
+entries whose kernel fingerprint matches no kernel in the tree (stale:
+regenerate it).
 """
 import os
 import sys
@@ -14,9 +15,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autotune.cache_tool import main  # noqa: E402
 
+REGENERATE = "bazel run @rules_autotune//tools:regenerate"
+
 if __name__ == "__main__":
+    caches = [a for a in sys.argv[1:] if not a.startswith("-")]
+    missing = [c for c in caches if not os.path.exists(c)]
+    for cache in missing:
+        print(f"validate_cache: autotune cache {cache} does not exist yet: "
+              f"create it with `{REGENERATE}`, then commit it",
+              file=sys.stderr)
+    if missing:
+        sys.exit(1)
     code = main(["verify"] + sys.argv[1:])
     if code == 1:
         print("validate_cache: stale or outdated entries: regenerate the "
-              "cache with python tools/regenerate.py", file=sys.stderr)
+              f"cache with `{REGENERATE}`", file=sys.stderr)
     sys.exit(code)
