@@ -14,7 +14,10 @@ Exit codes:
      nothing is written
 
 Run as `python tools/autotune_cache.py`, `python -m autotune.cache_tool`
-or `bazel run //tools:autotune_cache --`.
+or `bazel run @rules_autotune//tools:autotune_cache --` (relative paths
+from where bazel was run). Text or binary: by extension (.txt .textproto
+.pbtxt; .pb .binpb .binarypb .bin), else by content, so `-` (stdin) and
+`<(git show HEAD:testdata/x.textproto)` work.
 """
 import argparse
 import collections
@@ -36,18 +39,47 @@ class ToolError(Exception):
     """Bad input or usage: exit 2 with a one-line message."""
 
 
+BINARY_EXTENSIONS = (".pb", ".binpb", ".binarypb", ".bin")
+_SIZES = {}  # bytes read from paths that have no size of their own (pipes)
+
+
+def _looks_like_text(data):
+    """Text files start with a comment or a field name; binary ones with a
+    field tag (a control byte for every field of the schema)."""
+    head = data[:256].lstrip()
+    return head[:1] == b"#" or head[:1].isalpha()
+
+
+def _read_sniffed(path, data, parse_all):
+    """Entries of bytes whose format the name does not tell (stdin, a
+    pipe such as bash's <(git show ...), an unknown extension)."""
+    _SIZES[path] = len(data)
+    as_name = "input.textproto" if _looks_like_text(data) else "input.pb"
+    try:
+        return codec.decode(data, as_name, parse_all=parse_all)
+    except CacheFileError as e:
+        raise ToolError(f"{path}: {e.reason}")
+
+
 def read_cache(path, parse_all=False):
     """Entries of a results file or a per-fusion directory. parse_all: parse
     every field of a binary file now (verify, show); otherwise candidates
     and provenance are parsed when used, and copied unparsed when written
-    in the same format."""
+    in the same format. `-` reads stdin; when the extension does not say
+    text or binary, the content does."""
     if remote_tool.is_remote_url(path):
         return remote_tool.read_remote(path)
+    if path == "-":
+        return _read_sniffed(path, sys.stdin.buffer.read(), parse_all)
     if not os.path.exists(path):
         raise ToolError(f"{path}: no such file or directory")
     try:
         if os.path.isdir(path):
             return PerFusionDirectory(path, "read").entries()
+        if not codec.is_text_path(path) and \
+                not path.endswith(BINARY_EXTENSIONS):
+            with open(path, "rb") as f:
+                return _read_sniffed(path, f.read(), parse_all)
         return codec.load_results(path, parse_all=parse_all)
     except CacheFileError as e:
         raise ToolError(str(e))
@@ -113,6 +145,8 @@ def stats(entries, path):
     remote = getattr(entries, "info", None)
     if remote is not None:
         size = remote["bytes"]
+    elif path in _SIZES:
+        size = _SIZES[path]
     elif os.path.isdir(path):
         size = sum(os.path.getsize(os.path.join(path, n))
                    for n in os.listdir(path))
@@ -226,6 +260,8 @@ class Diff:
 
 
 def cmd_diff(args):
+    if args.a == args.b == "-":
+        raise ToolError("diff: only one input can be - (stdin)")
     old, new = read_cache(args.a), read_cache(args.b)
     diff = Diff(old, new)
     if args.json:
@@ -307,6 +343,9 @@ def cmd_merge(args):
 def tree_kernels(modules):
     """{kernel name: fingerprint} of the tuned kernels in these modules."""
     from autotune.autotuner import Autotuner
+    root = workspace_import_root()
+    if root and root not in sys.path:
+        sys.path.append(root)
     known = {}
     for name in modules:
         try:
@@ -317,6 +356,24 @@ def tree_kernels(modules):
             if isinstance(value, Autotuner):
                 known[value.name] = value.fingerprint
     return known
+
+
+def workspace_import_root():
+    """Where --kernel_module names are imported from: the workspace `bazel
+    run` was called in, else the Bazel workspace containing the current
+    directory (so `mykernels.gelu` works from any subdirectory)."""
+    root = os.environ.get("BUILD_WORKSPACE_DIRECTORY")
+    if root:
+        return root
+    here = os.getcwd()
+    while True:
+        if any(os.path.isfile(os.path.join(here, marker)) for marker in
+               ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
 
 
 def stale_reason(entry, known):
