@@ -1,18 +1,31 @@
 """Regenerates checked-in autotune caches in one command.
 
-    python tools/regenerate.py [PATTERN ...] [--bazel BAZEL] [-- BAZEL_ARGS]
+    bazel run @rules_autotune//tools:regenerate [-- PATTERN ... [--bazel_arg=ARG]]
+    python3 RULES_AUTOTUNE/tools/regenerate.py [PATTERN ...]   (from anywhere
+                                                          in the workspace)
 
 1. Finds the dump targets (tag `autotune_dump`, made by gpu_autotuned_test)
-   with `bazel query`, within PATTERN (default //...).
+   with `bazel query`, within PATTERN (default //...), plus every other dump
+   target that writes to one of their caches (a cache several targets share
+   is only rewritten from all of their dumps).
 2. Runs them with `bazel test --test_sharding_strategy=disabled`: a dump
    must see every fusion, so it never runs sharded.
-3. Collects each dump from bazel-testlogs (outputs.zip before Bazel 8,
-   test.outputs/ from Bazel 8 on), checks that it parses, and writes it
-   atomically over the cache the matching load target uses (tag
-   `autotune_cache=PATH`), printing entries added, removed and changed.
+3. Merges the dumps of each cache (tag `autotune_cache=PATH`) into the file:
+   - an entry whose key and best config did not change is kept exactly as
+     it was (its times, candidates and timestamp too), so an unchanged tree
+     leaves the file byte-identical;
+   - entries of devices the dumps did not run on are kept;
+   - entries of the dumps' device that no dump produced any more (a kernel
+     that changed, a shape no test uses) are removed;
+   - two targets that dump different best configs for one fusion are a
+     conflict, printed with both target names; the config already checked
+     in wins, else the faster one.
+   The file is written atomically, with the user's umask for a new file
+   (an existing file keeps its mode); missing directories are created.
 
-A dump target that fails leaves its checked-in cache untouched; the command
-names it and exits 1. Exit 2: bad usage, or bazel itself could not run.
+A dump target that fails leaves its cache untouched (and every cache it
+shares with others); the command names it and exits 1. Exit 2: bad usage,
+or bazel itself could not run.
 """
 import argparse
 import json
@@ -20,6 +33,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,10 +46,27 @@ from autotune import cache_tool  # noqa: E402
 DUMP_TAG = "autotune_dump"
 CACHE_TAG = "autotune_cache="
 DUMP_FILE = "autotune_cache.textproto"
+REPORT_FILE = "autotune_report.json"
+COMMAND = "bazel run @rules_autotune//tools:regenerate"
+WORKSPACE_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel",
+                     "REPO.bazel")
 
 
 class RegenerateError(Exception):
     pass
+
+
+def find_workspace(start):
+    """The Bazel workspace root that contains `start`, or None."""
+    here = os.path.abspath(start)
+    while True:
+        if any(os.path.isfile(os.path.join(here, m))
+               for m in WORKSPACE_MARKERS):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
 
 
 def _bazel(bazel, args, cwd, capture=True):
@@ -47,12 +78,14 @@ def _bazel(bazel, args, cwd, capture=True):
                               "or BAZEL)")
 
 
-def find_dump_targets(bazel, patterns, cwd, bazel_args):
+def find_dump_targets(bazel, patterns, cwd, bazel_args, keep_going=False):
     expr = " + ".join(f'attr("tags", "\\b{DUMP_TAG}\\b", {p})'
                       for p in patterns)
-    result = _bazel(bazel, ["query"] + bazel_args + [expr, "--output=xml"],
-                    cwd)
-    if result.returncode != 0:
+    result = _bazel(bazel, ["query"] + bazel_args + [expr, "--output=xml"]
+                    + (["--keep_going"] if keep_going else []), cwd)
+    # 3: partial result (--keep_going, a package that does not load).
+    if result.returncode not in ((0, 3) if keep_going else (0,)) or \
+            not result.stdout.strip():
         raise RegenerateError(f"bazel query failed:\n{result.stderr.strip()}")
     return _parse_query_xml(result.stdout)
 
@@ -71,6 +104,23 @@ def _parse_query_xml(text):
     return targets
 
 
+def select_targets(bazel, patterns, cwd, bazel_args):
+    """Dump targets within patterns, plus those sharing a cache with them."""
+    selected = find_dump_targets(bazel, patterns, cwd, bazel_args)
+    if patterns == ["//..."]:
+        return selected
+    caches = {c for c in selected.values() if c}
+    if caches:
+        everything = find_dump_targets(bazel, ["//..."], cwd, bazel_args,
+                                       keep_going=True)
+        for target, cache in everything.items():
+            if cache in caches and target not in selected:
+                print(f"regenerate: also running {target}: it writes to "
+                      f"{cache} too", file=sys.stderr)
+                selected[target] = cache
+    return selected
+
+
 def testlogs_dir(cwd, target, shard=None):
     """bazel-testlogs folder of a test target (or of one of its shards)."""
     package, _, name = target.lstrip("@").partition("//")[2].partition(":")
@@ -78,10 +128,11 @@ def testlogs_dir(cwd, target, shard=None):
     return os.path.join(logs, shard) if shard is not None else logs
 
 
-def test_outputs(cwd, target, shard=None):
+def test_outputs(cwd, target, shard=None, logs=None):
     """{name: bytes} of a test's undeclared outputs: zipped into
     outputs.zip before Bazel 8, plain files in test.outputs/ from 8 on."""
-    outputs = os.path.join(testlogs_dir(cwd, target, shard), "test.outputs")
+    logs = logs or testlogs_dir(cwd, target, shard)
+    outputs = os.path.join(logs, "test.outputs")
     found = {}
     archive = os.path.join(outputs, "outputs.zip")
     if os.path.exists(archive):
@@ -96,18 +147,16 @@ def test_outputs(cwd, target, shard=None):
     return found
 
 
-def collect_dump(target, cwd):
-    """Reads the dump of one target from bazel-testlogs (both layouts)."""
-    data = test_outputs(cwd, target).get(DUMP_FILE)
-    if data is None:
-        raise RegenerateError(
-            f"{target}: passed but wrote no {DUMP_FILE} (looked in "
-            f"{os.path.join(testlogs_dir(cwd, target), 'test.outputs')})")
-    return data
+def _file_uri_path(uri):
+    parsed = urllib.parse.urlparse(uri)
+    return urllib.parse.unquote(parsed.path) if parsed.scheme == "file" \
+        else None
 
 
 def run_dump_targets(bazel, targets, cwd, bazel_args):
-    """Runs the targets; returns {target: passed?}."""
+    """Runs the targets; returns {target: (passed?, testlogs folder or
+    None)}. The folder comes from the build events (so it is right however
+    the convenience symlinks are set up)."""
     with tempfile.TemporaryDirectory() as tmp:
         events = os.path.join(tmp, "events.json")
         result = _bazel(
@@ -115,24 +164,175 @@ def run_dump_targets(bazel, targets, cwd, bazel_args):
                 "--test_sharding_strategy=disabled", "--keep_going",
                 "--cache_test_results=no", f"--build_event_json_file={events}"]
             + sorted(targets), cwd, capture=False)
-        status = {}
+        status, logs = {}, {}
         if os.path.exists(events):
             with open(events) as f:
                 for line in f:
                     event = json.loads(line)
-                    summary = event.get("id", {}).get("testSummary")
-                    if summary:
-                        status[summary["label"]] = event.get(
+                    ids = event.get("id", {})
+                    if "testSummary" in ids:
+                        status[ids["testSummary"]["label"]] = event.get(
                             "testSummary", {}).get("overallStatus") == "PASSED"
+                    elif "testResult" in ids:
+                        for out in event.get("testResult", {}).get(
+                                "testActionOutput", []):
+                            path = _file_uri_path(out.get("uri", ""))
+                            if out.get("name") == "test.log" and path:
+                                logs[ids["testResult"]["label"]] = \
+                                    os.path.dirname(path)
     if result.returncode not in (0, 3, 4) and not status:
         raise RegenerateError(f"bazel test failed to run (exit "
                               f"{result.returncode})")
-    return {t: status.get(t, status.get(_canonical(t), False))
-            for t in targets}
+
+    def lookup(table, t):
+        return table.get(t, table.get(_canonical(t)))
+    return {t: (bool(lookup(status, t)), lookup(logs, t)) for t in targets}
 
 
 def _canonical(label):
     return label[1:] if label.startswith("@//") else "@" + label
+
+
+def collect_dump(target, cwd, logs=None):
+    """(entries, device) of one target's dump; device (from its report) is
+    None when the report is missing."""
+    logs = logs or testlogs_dir(cwd, target)
+    outputs = test_outputs(cwd, target, logs=logs)
+    data = outputs.get(DUMP_FILE)
+    if data is None:
+        raise RegenerateError(
+            f"{target}: passed but wrote no {DUMP_FILE} (looked in "
+            f"{os.path.join(logs, 'test.outputs')})")
+    entries = results_io.decode(data, DUMP_FILE)
+    device = None
+    if REPORT_FILE in outputs:
+        try:
+            device = json.loads(outputs[REPORT_FILE]).get("device")
+        except ValueError:
+            pass
+    return entries, device
+
+
+class Merged:
+    """The result of merging dumps into a cache file's entries."""
+
+    def __init__(self, entries, removed, conflicts):
+        self.entries = entries
+        self.removed = removed        # [Entry] no dump produced any more
+        self.conflicts = conflicts    # [str], one line each
+
+
+def merge_dumps(old_entries, dumps):
+    """old_entries: the checked-in entries ([] when there is no file).
+    dumps: [(target, entries, device or None)]. See the module docstring
+    for the rules."""
+    old = {e.key: e for e in old_entries}
+    chosen, origin, conflicts = {}, {}, []
+    devices = set()
+    for target, entries, device in dumps:
+        if device:
+            devices.add(device)
+        for entry in entries:
+            devices.add(entry.key.device)
+            current = chosen.get(entry.key)
+            if current is None:
+                chosen[entry.key], origin[entry.key] = entry, target
+                continue
+            if current.best == entry.best:
+                continue
+            incumbent = old.get(entry.key)
+            if incumbent is not None and incumbent.best == entry.best:
+                take = True
+            elif incumbent is not None and incumbent.best == current.best:
+                take = False
+            else:
+                take = (entry.run_time_us, entry.best.sort_key) < (
+                    current.run_time_us, current.best.sort_key)
+            winner = target if take else origin[entry.key]
+            conflicts.append(
+                f"conflict: {entry.key.kernel} [{entry.key.signature}] on "
+                f"{entry.key.device}: {origin[entry.key]} dumped "
+                f"{current.best.short()} ({current.run_time_us:.3f} us), "
+                f"{target} dumped {entry.best.short()} "
+                f"({entry.run_time_us:.3f} us); kept {winner}'s")
+            if take:
+                chosen[entry.key], origin[entry.key] = entry, target
+    merged, removed = [], []
+    for key, entry in old.items():
+        if key in chosen:
+            continue
+        (removed if key.device in devices else merged).append(entry)
+    for key, entry in chosen.items():
+        previous = old.get(key)
+        # Same key, same winner: the checked-in entry stays as it is.
+        merged.append(previous if previous is not None
+                      and previous.best == entry.best else entry)
+    return Merged(merged, removed, conflicts)
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_cache(entries, path):
+    """Writes atomically; returns False (and leaves the file alone) when its
+    bytes would not change. A new file gets the user's umask; an existing
+    one keeps its mode."""
+    data = results_io.encode(entries, path)
+    try:
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return False
+        mode = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return True
+
+
+def regenerate_cache(cache, dumps, workspace):
+    """Merges dumps into one cache file and prints what changed."""
+    path = os.path.join(workspace, cache)
+    old = []
+    if os.path.exists(path):
+        try:
+            old = results_io.load_results(path)
+        except CacheFileError as e:
+            print(f"regenerate: note: replacing unreadable {e}")
+    merged = merge_dumps(old, dumps)
+    for line in merged.conflicts:
+        print("regenerate: " + line)
+    written = write_cache(merged.entries, path)
+    diff = cache_tool.Diff(old, merged.entries)
+    added, removed, changed = diff.counts()
+    sources = ", ".join(t for t, _, _ in dumps)
+    print(f"regenerate: {cache}: {len(merged.entries)} entries; {added} added,"
+          f" {removed} removed, {changed} changed"
+          + ("" if written else "; file unchanged")
+          + (f" (from {sources})" if len(dumps) > 1 else ""))
+    for line in diff.lines(limit=20):
+        print("  " + line)
+    if merged.removed:
+        print(f"  ({len(merged.removed)} removed: no dump produced them on "
+              "this device any more)")
 
 
 def main(argv=None):
@@ -143,61 +343,82 @@ def main(argv=None):
                "failed (its cache untouched); 2 bad usage or bazel error.")
     parser.add_argument("patterns", nargs="*", default=["//..."])
     parser.add_argument("--bazel", default=os.environ.get("BAZEL", "bazel"))
-    parser.add_argument("--workspace", default=os.getcwd(),
-                        help="workspace root (default: current directory)")
+    parser.add_argument("--workspace",
+                        help="workspace root (default: the workspace "
+                        "`bazel run` was called in, or the one containing "
+                        "the current directory)")
     parser.add_argument("--bazel_arg", action="append", default=[],
                         help="extra argument for bazel query and test")
     args = parser.parse_args(argv)
-    cwd = os.path.abspath(args.workspace)
+    # Under `bazel run`, the current directory is the runfiles tree; Bazel
+    # says where it was called from.
+    here = os.environ.get("BUILD_WORKING_DIRECTORY") or os.getcwd()
+    workspace = args.workspace or os.environ.get(
+        "BUILD_WORKSPACE_DIRECTORY") or find_workspace(here)
+    if not workspace:
+        print(f"regenerate: error: {here} is not inside a Bazel workspace "
+              f"(no {', '.join(WORKSPACE_MARKERS)} above it); run `{COMMAND}`"
+              " from your workspace, or pass --workspace", file=sys.stderr)
+        return 2
+    workspace = os.path.abspath(workspace)
+    # Relative patterns (`...`, `:t`) mean what they mean where the user
+    # stands; paths are resolved against the workspace root.
+    cwd = here if os.path.abspath(here).startswith(
+        workspace + os.sep) else workspace
     try:
-        targets = find_dump_targets(args.bazel, args.patterns, cwd,
-                                    args.bazel_arg)
+        targets = select_targets(args.bazel, args.patterns, cwd,
+                                 args.bazel_arg)
         if not targets:
             print("regenerate: no dump targets (tag autotune_dump) in "
                   + " ".join(args.patterns), file=sys.stderr)
             return 2
         print(f"regenerate: running {len(targets)} dump target(s) unsharded",
               file=sys.stderr)
-        passed = run_dump_targets(args.bazel, targets, cwd, args.bazel_arg)
+        results = run_dump_targets(args.bazel, targets, cwd, args.bazel_arg)
     except RegenerateError as e:
         print(f"regenerate: error: {e}", file=sys.stderr)
         return 2
     failed = []
+    by_cache = {}
     for target in sorted(targets):
         cache = targets[target]
-        if not passed[target]:
+        passed, logs = results[target]
+        logs = logs or testlogs_dir(workspace, target)
+        if not passed:
             failed.append(target)
             print(f"regenerate: FAILED {target}: "
                   f"{cache or 'its cache'} left untouched (see "
-                  f"{os.path.join(testlogs_dir(cwd, target), 'test.log')})")
+                  f"{os.path.join(logs, 'test.log')})")
+            if cache is not None:
+                by_cache[cache] = None
             continue
         if cache is None:
             print(f"regenerate: {target} has no autotune_cache; skipped")
             continue
+        if cache in by_cache and by_cache[cache] is None:
+            continue  # another target of this cache failed
         try:
-            data = collect_dump(target, cwd)
-            entries = results_io.decode(data, DUMP_FILE)
-            path = os.path.join(cwd, cache)
-            old = []
-            if os.path.exists(path):
-                try:
-                    old = results_io.load_results(path)
-                except CacheFileError as e:
-                    print(f"regenerate: note: replacing unreadable {e}")
-            results_io.dump_results(entries, path)
+            entries, device = collect_dump(target, workspace, logs)
         except (RegenerateError, CacheFileError) as e:
             failed.append(target)
-            print(f"regenerate: FAILED {target}: {e}")
+            print(f"regenerate: FAILED {target}: {e}; {cache} left untouched")
+            by_cache[cache] = None
             continue
-        diff = cache_tool.Diff(old, entries)
-        added, removed, changed = diff.counts()
-        print(f"regenerate: {cache}: {len(entries)} entries; {added} added, "
-              f"{removed} removed, {changed} changed")
-        for line in diff.lines(limit=20):
-            print("  " + line)
+        by_cache.setdefault(cache, []).append((target, entries, device))
+    for cache, dumps in sorted(by_cache.items(), key=lambda kv: str(kv[0])):
+        if cache is None:
+            continue
+        if dumps is None:
+            print(f"regenerate: {cache} left untouched: a dump target that "
+                  "writes to it failed")
+            continue
+        try:
+            regenerate_cache(cache, dumps, workspace)
+        except (CacheFileError, OSError) as e:
+            failed.append(cache)
+            print(f"regenerate: FAILED writing {cache}: {e}")
     if failed:
-        print(f"regenerate: {len(failed)} dump target(s) failed: "
-              + ", ".join(failed))
+        print(f"regenerate: {len(failed)} failure(s): " + ", ".join(failed))
         return 1
     return 0
 
