@@ -1,0 +1,189 @@
+"""The user's path, end to end: e2e/smoke is a separate Bazel workspace that
+consumes this repository as @rules_autotune. In a temporary copy, driven
+the way a user would:
+
+1. bootstrap: no cache; its tests fail with one line naming the command
+   that creates it; `bazel run @rules_autotune//tools:regenerate` creates it;
+2. `bazel test //...` (the py_test in 2 shards, an sh_test): every fusion a
+   hit and 0 candidate benchmarks, read from each shard's report;
+3. a kernel edit: the load targets fail naming the fusion as stale, the
+   cache test fails; regenerate (python3 .../regenerate.py from a
+   subdirectory) and everything passes again;
+4. the cache tool under `bazel run` with paths relative to where bazel ran.
+
+One workspace, so one Bazel server and output base for every step; shut
+down at the end. Prints a transcript (commands, wall times, hits and
+benchmarks per shard); `pytest -s` shows it.
+"""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import run_example_suite as suite  # noqa: E402
+
+from autotune import results_io  # noqa: E402
+
+BAZEL = os.environ.get("BAZEL", "bazel")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("AUTOTUNE_SKIP_BAZEL_TESTS") == "1"
+    or shutil.which(BAZEL) is None, reason="bazel is not installed")
+
+CACHE = "testdata/smoke.textproto"
+REGENERATE = "bazel run @rules_autotune//tools:regenerate"
+KERNEL = "mykernels/scale_shift.py"
+SHARDS = ("shard_1_of_2", "shard_2_of_2")
+
+
+class Transcript:
+    def __init__(self):
+        self.lines = []
+
+    def run(self, cwd, argv, ws):
+        start = time.perf_counter()
+        result = subprocess.run(argv, cwd=cwd, text=True, capture_output=True)
+        wall = time.perf_counter() - start
+        where = os.path.relpath(cwd, ws)
+        shown = " ".join("bazel" if a == BAZEL else "python3"
+                         if a == sys.executable else os.path.relpath(a, ws)
+                         if os.path.isabs(a) else a for a in argv)
+        self.lines.append(f"$ {'' if where == '.' else f'(cd {where}) '}"
+                          f"{shown}   # exit {result.returncode}, "
+                          f"{wall:.1f} s")
+        return result
+
+    def note(self, text):
+        self.lines.append("  " + text)
+
+
+def report(ws, target, shard=None):
+    data = suite.test_outputs(ws, target, shard).get("autotune_report.json")
+    assert data, f"no autotune report for {target} {shard or ''}"
+    return json.loads(data)
+
+
+def log(ws, target, shard=None):
+    return suite.test_log(ws, target, shard)
+
+
+def summary(stdout):
+    return [line for line in stdout.splitlines()
+            if line.startswith(f"regenerate: {CACHE}")][0]
+
+
+def counts(r):
+    return (f"{r['hits']} hits, {r['tuned']} tuned, "
+            f"{r['candidate_benchmarks']} candidate benchmarks")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """A copy of this repository; e2e/smoke inside it reaches it as
+    ../.. (its local_repository and local_path_override)."""
+    repo = str(tmp_path_factory.mktemp("rules_autotune"))
+    suite.copy_workspace(repo)
+    ws = os.path.join(repo, "e2e", "smoke")
+    subprocess.run(["bash", os.path.join(repo, "tools", "bazel_offline",
+                                         "configure.sh"), ws],
+                   check=True, capture_output=True)
+    transcript = Transcript()
+    yield repo, ws, transcript
+    transcript.run(ws, [BAZEL, "shutdown"], ws)
+    print("\n" + "\n".join(transcript.lines))
+
+
+def test_user_workspace_flow(smoke):
+    repo, ws, t = smoke
+    bazel = lambda *args, cwd=ws: t.run(cwd, [BAZEL] + list(args), ws)  # noqa: E731
+    assert not os.path.exists(os.path.join(ws, "testdata"))
+
+    # 1. Bootstrap from nothing: the tests say which command creates the
+    # cache, in one line; the command creates it (and its directory).
+    result = bazel("test", "//:kernels_sh_test", "//:smoke_cache_test")
+    assert result.returncode != 0
+    for target in ("//:kernels_sh_test", "//:smoke_cache_test"):
+        lines = [line for line in log(ws, target).splitlines()
+                 if "does not exist yet" in line]
+        assert lines and CACHE in lines[-1] and REGENERATE in lines[-1], \
+            log(ws, target)[-2000:]
+    t.note(lines[-1].strip())
+    result = bazel("run", "@rules_autotune//tools:regenerate")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert f"{CACHE}: 4 entries; 4 added" in result.stdout, result.stdout
+    path = os.path.join(ws, CACHE)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
+    t.note(summary(result.stdout))
+
+    # 2. Load mode, sharded: every fusion a hit, nothing benchmarked.
+    result = bazel("test", "//...")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    for target, shard in [("//:kernels_test", s) for s in SHARDS] + [
+            ("//:kernels_sh_test", None)]:
+        r = report(ws, target, shard)
+        assert r["candidate_benchmarks"] == 0 and r["misses"] == 0, r
+        assert r["hits"] >= 1 and r["tuned"] == 0, r
+        t.note(f"{target} {shard or '(unsharded)'}: {counts(r)}")
+    assert sum(report(ws, "//:kernels_test", s)["hits"] for s in SHARDS) == 3
+
+    # 3. A kernel edit: stale, not missing; the cache test fails too.
+    kernel = os.path.join(ws, KERNEL)
+    with open(kernel) as f:
+        source = f.read()
+    edited = source.replace("v * scale + shift", "shift + v * scale")
+    assert edited != source
+    with open(kernel, "w") as f:
+        f.write(edited)
+    result = bazel("test", "//...")
+    assert result.returncode != 0
+    shard_logs = "".join(log(ws, "//:kernels_test", s) for s in SHARDS)
+    assert "fusion(s) stale, 0 fusion(s) missing" in shard_logs, \
+        shard_logs[-3000:]
+    stale = [line.strip() for line in shard_logs.splitlines()
+             if "scale_shift_kernel [n=" in line and "stale" in line]
+    assert stale, shard_logs[-3000:]
+    t.note(stale[0])
+    assert "stale: the kernel changed" in log(ws, "//:kernels_sh_test")
+    cache_log = log(ws, "//:smoke_cache_test")
+    assert "stale: kernel changed" in cache_log and REGENERATE in cache_log
+    t.note([line for line in cache_log.splitlines()
+            if "stale: kernel changed" in line][0].strip())
+
+    # Regenerate with the script, from a subdirectory of the workspace.
+    sub = os.path.join(ws, "mykernels")
+    result = t.run(sub, [sys.executable, os.path.join(
+        repo, "tools", "regenerate.py")], ws)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert f"{CACHE}: 4 entries; 4 added, 4 removed" in result.stdout, \
+        result.stdout
+    t.note(summary(result.stdout))
+    result = bazel("test", "//...")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    for shard in SHARDS:
+        r = report(ws, "//:kernels_test", shard)
+        assert r["candidate_benchmarks"] == 0 and r["misses"] == 0, r
+        t.note(f"//:kernels_test {shard}: {counts(r)}")
+
+    # 4. The cache tool under bazel run, relative to where bazel runs;
+    # --kernel_module imports from the workspace root.
+    result = bazel("run", "@rules_autotune//tools:autotune_cache", "--",
+                   "verify", "../" + CACHE, "--kernel_module",
+                   "mykernels.scale_shift", cwd=sub)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "4 entries" in result.stderr
+    result = bazel("run", "@rules_autotune//tools:autotune_cache", "--",
+                   "show", CACHE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith(f"{CACHE}: 4 entries")
+    t.note(result.stdout.splitlines()[0])
+    assert len(results_io.load_results(path)) == 4

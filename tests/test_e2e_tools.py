@@ -1,0 +1,237 @@
+"""The tools a user runs from their own workspace, without Bazel: how
+regenerate merges dumps into a cache and writes it, where it finds the
+workspace, the runtime's messages for a missing cache and a stale entry,
+the cache tool on pipes and stdin, and configure.sh for another workspace.
+(tests/test_e2e_smoke.py drives the same through real Bazel.)"""
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+import autotune
+from autotune import results_io
+from autotune.records import CacheKey, Candidate, Config, Entry, Provenance
+
+import tiny_kernels as tk
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import regenerate  # noqa: E402
+
+GPU = "NVIDIA H200/sm_90/sms=132/triton-3.9.0"
+CPU = "cpu/triton-interpreter/triton-3.9.0"
+REGENERATE = "bazel run @rules_autotune//tools:regenerate"
+
+
+def entry(n, block=64, time_us=10.0, device=CPU, fingerprint="00000000aaaa",
+          stamp="2026-11-29T10:00:00Z"):
+    config = Config({"BLOCK": block}, num_warps=4)
+    return Entry(CacheKey(device, "k", fingerprint, f"n={n}"), config,
+                 time_us, [Candidate(config, time_us)],
+                 Provenance("3.9.0", "2.13.0", "", stamp, 0.01, "exhaustive",
+                            0.5))
+
+
+def keys(entries):
+    return sorted((e.key.device, e.key.signature, e.best.kwargs["BLOCK"])
+                  for e in entries)
+
+
+# -- merging dumps into a cache ---------------------------------------------
+
+def test_dumps_of_two_targets_sharing_a_cache_are_merged():
+    merged = regenerate.merge_dumps([], [
+        ("//:a_autotune_dump", [entry(1), entry(2)], CPU),
+        ("//:b_autotune_dump", [entry(2), entry(3)], CPU)])
+    assert keys(merged.entries) == [(CPU, "n=1", 64), (CPU, "n=2", 64),
+                                    (CPU, "n=3", 64)]
+    assert merged.conflicts == [] and merged.removed == []
+
+
+def test_a_conflict_names_both_targets_and_the_faster_wins():
+    merged = regenerate.merge_dumps([], [
+        ("//:a_autotune_dump", [entry(2, block=64, time_us=9.0)], CPU),
+        ("//:b_autotune_dump", [entry(2, block=128, time_us=7.0)], CPU)])
+    assert len(merged.conflicts) == 1
+    line = merged.conflicts[0]
+    assert "//:a_autotune_dump dumped BLOCK=64" in line
+    assert "//:b_autotune_dump dumped BLOCK=128" in line
+    assert line.endswith("kept //:b_autotune_dump's")
+    assert keys(merged.entries) == [(CPU, "n=2", 128)]
+
+
+def test_a_conflict_keeps_the_checked_in_config():
+    old = [entry(2, block=64, time_us=9.5, stamp="2026-01-01T00:00:00Z")]
+    merged = regenerate.merge_dumps(old, [
+        ("//:a_autotune_dump", [entry(2, block=128, time_us=7.0)], CPU),
+        ("//:b_autotune_dump", [entry(2, block=64, time_us=9.0)], CPU)])
+    assert "kept //:b_autotune_dump's" in merged.conflicts[0]
+    # Same key, same winner: the checked-in entry, not the new timing.
+    assert merged.entries == old
+
+
+def test_unchanged_entries_stay_byte_identical(tmp_path):
+    path = str(tmp_path / "c.textproto")
+    old = [entry(1), entry(2, block=128)]
+    results_io.dump_results(old, path)
+    before = open(path, "rb").read()
+    loaded = results_io.load_results(path)
+    # New timings and timestamps, same winners.
+    dumps = [("//:t_autotune_dump",
+              [entry(1, time_us=13.0, stamp="2026-12-01T00:00:00Z"),
+               entry(2, block=128, time_us=4.0,
+                     stamp="2026-12-01T00:00:00Z")], CPU)]
+    merged = regenerate.merge_dumps(loaded, dumps)
+    assert regenerate.write_cache(merged.entries, path) is False
+    assert open(path, "rb").read() == before
+
+
+def test_other_devices_are_kept_and_unproduced_entries_removed():
+    old = [entry(1, device=GPU), entry(1), entry(2, fingerprint="0ld")]
+    merged = regenerate.merge_dumps(old, [
+        ("//:t_autotune_dump", [entry(1), entry(2)], CPU)])
+    assert keys(merged.entries) == [(GPU, "n=1", 64), (CPU, "n=1", 64),
+                                    (CPU, "n=2", 64)]
+    assert [e.key.fingerprint for e in merged.removed] == ["0ld"]
+
+
+def test_a_dump_with_no_entries_still_names_its_device():
+    merged = regenerate.merge_dumps([entry(1), entry(1, device=GPU)],
+                                    [("//:t_autotune_dump", [], CPU)])
+    assert keys(merged.entries) == [(GPU, "n=1", 64)]
+
+
+# -- writing: umask, mode, directories --------------------------------------
+
+def test_new_cache_gets_the_umask_and_its_directories(tmp_path):
+    path = str(tmp_path / "new" / "dir" / "c.textproto")
+    old = os.umask(0o027)
+    try:
+        assert regenerate.write_cache([entry(1)], path) is True
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    assert len(results_io.load_results(path)) == 1
+
+
+def test_existing_cache_keeps_its_mode(tmp_path):
+    path = str(tmp_path / "c.textproto")
+    results_io.dump_results([entry(1)], path)
+    os.chmod(path, 0o664)
+    assert regenerate.write_cache([entry(1), entry(2)], path) is True
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o664
+
+
+def test_workspace_is_found_from_a_subdirectory(tmp_path):
+    (tmp_path / "ws" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "ws" / "WORKSPACE").write_text("")
+    assert regenerate.find_workspace(str(tmp_path / "ws" / "a" / "b")) == \
+        str(tmp_path / "ws")
+
+
+def test_outside_a_workspace_regenerate_says_so(tmp_path, monkeypatch,
+                                                capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BUILD_WORKSPACE_DIRECTORY", raising=False)
+    monkeypatch.delenv("BUILD_WORKING_DIRECTORY", raising=False)
+    if regenerate.find_workspace(str(tmp_path)) is not None:
+        pytest.skip("the temporary directory is inside a workspace")
+    assert regenerate.main([]) == 2
+    err = capsys.readouterr().err
+    assert "not inside a Bazel workspace" in err and REGENERATE in err
+
+
+# -- the runtime's messages ---------------------------------------------------
+
+def test_missing_cache_names_the_command_that_creates_it(session_factory,
+                                                         tmp_path,
+                                                         monkeypatch):
+    monkeypatch.setenv("TEST_SRCDIR", str(tmp_path))
+    monkeypatch.setenv("TEST_WORKSPACE", "ws")
+    missing = tmp_path / "ws" / "testdata" / "mine.textproto"
+    with pytest.raises(autotune.AutotuneError) as error:
+        session_factory(load_autotune_results_from=[str(missing)])
+    message = str(error.value)
+    assert "\n" not in message
+    assert message == ("autotune cache testdata/mine.textproto does not exist "
+                       f"yet: create it with `{REGENERATE}`, then commit it")
+
+
+def test_stale_and_missing_are_counted_apart(session_factory, tmp_path):
+    session = session_factory()
+    tuned = tk.make_tuner()
+    tk.run(tuned, 12)
+    tuned_entry = next(iter(session.cache.memory.values()))
+    old = tuned_entry.replace(key=tuned_entry.key._replace(
+        fingerprint="feedfeedfeedfeed"))
+    path = tmp_path / "c.textproto"
+    results_io.dump_results([old], path)
+    session_factory(load_autotune_results_from=[str(path)],
+                    require_complete_autotune_results=True)
+    with pytest.raises(autotune.AutotuneCacheMissError):
+        tk.run(tuned, 12)
+    with pytest.raises(autotune.AutotuneCacheMissError) as error:
+        tk.run(tuned, 70)
+    text = str(error.value)
+    assert "1 fusion(s) stale, 1 fusion(s) missing" in text
+    assert ("axpb_kernel [n=12;" in text and "stale: the kernel changed "
+            "since it was tuned (cached fingerprint feedfeedfeedfeed, now "
+            f"{tuned_entry.key.fingerprint})" in text)
+    assert [line for line in text.splitlines() if "n=70" in line][0] \
+        .endswith(": missing")
+    assert REGENERATE in text
+
+
+# -- the cache tool on pipes and stdin --------------------------------------
+
+def _tool(*argv, stdin=None, shell=None):
+    cmd = shell or [sys.executable, "-m", "autotune.cache_tool"] + list(argv)
+    return subprocess.run(cmd, cwd=ROOT, input=stdin, capture_output=True,
+                          shell=bool(shell), executable="/bin/bash"
+                          if shell else None)
+
+
+@pytest.mark.parametrize("ext", [".textproto", ".pb"])
+def test_cache_tool_reads_stdin_by_content(tmp_path, ext):
+    path = tmp_path / ("c" + ext)
+    results_io.dump_results([entry(1), entry(2)], path)
+    result = _tool("show", "-", stdin=path.read_bytes())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().startswith("-: 2 entries")
+
+
+def test_cache_tool_diffs_a_pipe_against_a_file(tmp_path):
+    text, binary = tmp_path / "c.textproto", tmp_path / "c.pb"
+    results_io.dump_results([entry(1)], text)
+    results_io.dump_results([entry(1), entry(2)], binary)
+    result = _tool(shell=f"{sys.executable} -m autotune.cache_tool diff "
+                   f"<(cat {text}) <(cat {binary})")
+    out = result.stdout.decode()
+    assert result.returncode == 1, result.stderr
+    assert "1 added, 0 removed, 0 changed" in out
+
+
+def test_cache_tool_names_a_bad_pipe(tmp_path):
+    result = _tool("show", "-", stdin=b"not a cache\n")
+    assert result.returncode == 2
+    assert result.stderr.decode().startswith("autotune_cache: error: -: ")
+
+
+# -- offline set-up of a user's workspace ---------------------------------------
+
+def test_configure_writes_into_the_given_workspace(tmp_path):
+    script = os.path.join(ROOT, "tools", "bazel_offline", "configure.sh")
+    result = subprocess.run(["bash", script, str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / ".bazelrc.offline").read_text()
+    for repo in ("rules_python", "rules_shell", "rules_cc"):
+        assert f"--override_repository={repo}=" in text
+    shims = os.path.join(ROOT, "tools", "bazel_offline")
+    assert f"rules_python={shims}/rules_python" in text
+    result = subprocess.run(["bash", script, str(tmp_path / "nowhere")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "no such directory" in result.stderr
