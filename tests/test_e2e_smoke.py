@@ -54,8 +54,9 @@ class Transcript:
         wall = time.perf_counter() - start
         where = os.path.relpath(cwd, ws)
         shown = " ".join("bazel" if a == BAZEL else "python3"
-                         if a == sys.executable else os.path.relpath(a, ws)
-                         if os.path.isabs(a) else a for a in argv)
+                         if a == sys.executable else os.path.relpath(a, cwd)
+                         if os.path.isabs(a) and os.path.exists(a) else a
+                         for a in argv)
         self.lines.append(f"$ {'' if where == '.' else f'(cd {where}) '}"
                           f"{shown}   # exit {result.returncode}, "
                           f"{wall:.1f} s")
