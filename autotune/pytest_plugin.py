@@ -76,6 +76,11 @@ def pytest_configure(config):
     settings = Settings.from_config(config)
     if settings is None:
         return
+    if settings.backend == "interpreter" and \
+            os.environ.get("TRITON_INTERPRET") is None:
+        # Before the test modules decorate their kernels: Triton decides
+        # then whether a kernel is interpreted.
+        os.environ["TRITON_INTERPRET"] = "1"
     plugin = AutotunePlugin(config, settings)
     config.pluginmanager.register(plugin, "autotune-session")
     config.stash[_PLUGIN] = plugin
