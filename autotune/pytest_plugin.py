@@ -20,6 +20,7 @@ resolved as a single run would resolve it, and reported).
 """
 import json
 import os
+import shutil
 import tempfile
 import time
 
@@ -35,6 +36,7 @@ _FALSE = ("0", "false", "no", "off", "")
 STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest", "candidate_benchmarks",
                "tuning_seconds", "saved_seconds")
 WORKER_KEY = "autotune"
+SHARED_DIR_KEY = "autotune_shared_fusion_dir"
 
 
 def pytest_addoption(parser):
@@ -261,6 +263,34 @@ def pick(first, second, incumbent=None):
                key=lambda e: (e.run_time_us, e.best.sort_key))
 
 
+def merge_runs(runs, old_entries=()):
+    """runs: [(name, entries)] of one session's processes. One entry per
+    cache key; two runs with different winners for a key are resolved by
+    pick() (the old cache's entry is the incumbent) and reported."""
+    incumbents = {e.key: e for e in old_entries}
+    chosen, origin, conflicts = {}, {}, []
+    for name, entries in runs:
+        for entry in entries:
+            current = chosen.get(entry.key)
+            if current is None:
+                chosen[entry.key], origin[entry.key] = entry, name
+                continue
+            if current.best == entry.best:
+                continue
+            kept = pick(current, entry, incumbents.get(entry.key))
+            conflicts.append({
+                **_describe(entry.key),
+                "first": {"source": origin[entry.key],
+                          "best": current.best.short(),
+                          "run_time_us": current.run_time_us},
+                "second": {"source": name, "best": entry.best.short(),
+                           "run_time_us": entry.run_time_us},
+                "kept": kept.best.short()})
+            if kept is entry:
+                chosen[entry.key], origin[entry.key] = entry, name
+    return list(chosen.values()), conflicts
+
+
 class AutotunePlugin:
     """One per pytest process that uses a cache: on an xdist controller it
     only checks, merges and reports; elsewhere it runs the autotuning
@@ -282,6 +312,7 @@ class AutotunePlugin:
         self.old_entries = None
         self.narrowed = []          # why this run is not a full run
         self.result = None          # what the end of the session did
+        self.shared_dir = None      # update with xdist: the workers' cache
         self.started = time.perf_counter()
         if settings.update and not self.is_worker:
             self.old_entries = self._read_old_cache()
@@ -318,6 +349,11 @@ class AutotunePlugin:
             options["require_complete_autotune_results"] = False
             if "autotune_incumbents_from" in options:
                 options["autotune_incumbents_from"] = [s.cache]
+            shared = getattr(self.config, "workerinput", {}).get(
+                SHARED_DIR_KEY)
+            if shared and not options["per_fusion_autotune_cache_dir"]:
+                options["per_fusion_autotune_cache_dir"] = shared
+                options["autotune_cache_mode"] = "update"
         else:
             options["load_autotune_results_from"] = [s.cache] + [
                 p for p in env.load_autotune_results_from if p != s.cache]
@@ -356,6 +392,10 @@ class AutotunePlugin:
         if self.is_controller:
             if not self.settings.update:
                 self._validate_cache()
+            else:
+                # The workers share a per-fusion directory: a fusion one
+                # worker tuned is a hit for the others, not tuned twice.
+                self.shared_dir = tempfile.mkdtemp(prefix="autotune-xdist-")
             return
         from autotune import runtime
         try:
@@ -461,6 +501,12 @@ class AutotunePlugin:
         return report
 
     # -- end of the session ----------------------------------------------
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node):
+        if self.shared_dir is not None:
+            node.workerinput[SHARED_DIR_KEY] = self.shared_dir
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
         payload = getattr(node, "workeroutput", {}).get(WORKER_KEY)
         if payload is not None:
@@ -489,6 +535,8 @@ class AutotunePlugin:
             except codec.CacheFileError as e:
                 self.result.setdefault("errors", []).append(str(e))
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        if self.shared_dir is not None:
+            shutil.rmtree(self.shared_dir, ignore_errors=True)
         _install(None)
 
     def _worker_payload(self):
@@ -523,30 +571,7 @@ class AutotunePlugin:
         return stats, misses, runs
 
     def _merge(self, runs):
-        """One entry per cache key; two runs with different winners for a
-        key are resolved by pick() and returned as conflicts."""
-        incumbents = {e.key: e for e in self.old_entries or []}
-        chosen, origin, conflicts = {}, {}, []
-        for name, entries in runs:
-            for entry in entries:
-                current = chosen.get(entry.key)
-                if current is None:
-                    chosen[entry.key], origin[entry.key] = entry, name
-                    continue
-                if current.best == entry.best:
-                    continue
-                kept = pick(current, entry, incumbents.get(entry.key))
-                conflicts.append({
-                    **_describe(entry.key),
-                    "first": {"source": origin[entry.key],
-                              "best": current.best.short(),
-                              "run_time_us": current.run_time_us},
-                    "second": {"source": name, "best": entry.best.short(),
-                               "run_time_us": entry.run_time_us},
-                    "kept": kept.best.short()})
-                if kept is entry:
-                    chosen[entry.key], origin[entry.key] = entry, name
-        return list(chosen.values()), conflicts
+        return merge_runs(runs, self.old_entries or [])
 
     def _finish_update(self, session, exitstatus, runs):
         from autotune import cache_tool, codec
