@@ -150,6 +150,8 @@ def file_name(key):
     digest = hashlib.sha256("\0".join(
         [key.device, key.kernel, key.fingerprint, key.signature,
          str(key.key_version)]).encode()).hexdigest()[:32]
-    safe = "".join(c if c.isalnum() or c in "_-" else "_"
-                   for c in key.kernel)[:64]
+    # ASCII only, at most 64 bytes: with the hash, far below any file
+    # system's 255-byte name limit whatever the kernel is called.
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_"
+                   for c in key.kernel[:64])
     return f"{safe}.{digest}.textproto"

@@ -35,9 +35,12 @@ class PerFusionDirectory:
                              f"{', '.join(MODES)}")
         self.path = os.fspath(path)
         self.mode = mode
+        self.store_failed = False
         if not os.path.isdir(self.path):
-            raise CacheFileError(self.path, "per-fusion cache directory does "
-                                 "not exist (create it, or fix the path)")
+            reason = ("is not a directory" if os.path.exists(self.path)
+                      else "does not exist (create it, or fix the path)")
+            raise CacheFileError(self.path, f"per-fusion cache directory "
+                                 f"{reason}")
         if mode == "update" and not os.access(self.path, os.W_OK | os.X_OK):
             raise CacheFileError(self.path, "per-fusion cache directory is "
                                  "not writable (use --autotune_cache_mode=read "
@@ -47,60 +50,113 @@ class PerFusionDirectory:
         return os.path.join(self.path, keys.file_name(key))
 
     def _read(self, path, key):
+        """(entry, identity of the file read) or (None, None) when there is
+        no file; CacheFileError (carrying the identity) when it is bad."""
         try:
             with open(path, "rb") as f:
+                identity = _identity(os.fstat(f.fileno()))
                 data = f.read()
         except FileNotFoundError:
-            return None
-        entries = codec.decode(data, path)
-        if len(entries) != 1 or entries[0].key != key:
-            raise CacheFileError(path, "holds a different cache key than its "
-                                 "file name says")
-        return entries[0]
+            return None, None
+        except OSError as e:
+            error = CacheFileError(path, f"cannot read per-fusion cache file: "
+                                   f"{e.strerror}")
+            try:
+                error.identity = _identity(os.stat(path))
+            except OSError:
+                error.identity = None
+            raise error from None
+        try:
+            entries = codec.decode(data, path)
+            if len(entries) != 1 or entries[0].key != key:
+                raise CacheFileError(path, "holds a different cache key than "
+                                     "its file name says")
+            entries[0].best  # noqa: B018 -- a malformed config is bad too
+        except CacheFileError as e:
+            e.identity = identity
+            raise
+        return entries[0], identity
 
     def lookup(self, key):
         path = self.file_path(key)
         try:
-            return self._read(path, key)
+            return self._read(path, key)[0]
         except CacheFileError as e:
             if self.mode == "read":
                 raise
-            self._move_aside(path, e)
+            if not self._move_aside(path, e):
+                # Another process replaced the bad file since it was read:
+                # use what it stored.
+                try:
+                    return self._read(path, key)[0]
+                except CacheFileError:
+                    return None
             return None
 
     def _move_aside(self, path, error):
-        aside = f"{path}.corrupt-{int(time.time())}"
+        """Moves the bad file that was read out of the way, and only that
+        one: returns False when `path` is now another file (a process moved
+        the bad one aside and stored a good entry meanwhile)."""
+        aside = f"{path}.corrupt-{int(time.time())}-{os.getpid()}"
         try:
+            if _identity(os.stat(path)) != error.identity:
+                return False
             os.replace(path, aside)
+            if _identity(os.stat(aside)) != error.identity:
+                # Replaced between the check and the move: put it back,
+                # unless yet another file took its place.
+                try:
+                    os.link(aside, path)
+                    os.unlink(aside)
+                except OSError:
+                    pass
+                return False
+        except FileNotFoundError:
+            return False
         except OSError:
             aside = None
         print(f"autotune: warning: {error}; moved aside to {aside} and "
               "re-tuning", file=sys.stderr)
+        return True
 
     def store(self, entry):
         """Stores `entry` unless another process stored this key first;
-        returns the entry that is in the directory afterwards."""
+        returns the entry that is in the directory afterwards. A store that
+        fails (a full disk) warns once and returns `entry`: the tuning
+        result is still used by this process."""
         if self.mode == "read":
             return entry
         path = self.file_path(entry.key)
-        data = codec.encode([entry], path)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         try:
-            os.link(tmp, path)
+            return self._store(entry, path)
+        except OSError as e:
+            if not self.store_failed:
+                self.store_failed = True
+                print(f"autotune: warning: cannot store in the per-fusion "
+                      f"cache directory {self.path}: {e.strerror or e} "
+                      f"({path}); tuned configs are used but not stored",
+                      file=sys.stderr)
             return entry
-        except FileExistsError:
-            try:
-                existing = self._read(path, entry.key)
-            except CacheFileError:
-                existing = None
-            if existing is not None:
-                return existing
-            os.replace(tmp, path)
-            tmp = None
+
+    def _store(self, entry, path):
+        tmp = codec.write_temp(path, codec.encode([entry], path))
+        try:
+            for _ in range(3):
+                try:
+                    os.link(tmp, path)
+                    return entry
+                except FileExistsError:
+                    pass
+                # Another process stored this key first: adopt its entry;
+                # a bad file there is moved aside (only if it is still the
+                # one read) and the link tried again.
+                try:
+                    existing = self._read(path, entry.key)[0]
+                except CacheFileError as e:
+                    self._move_aside(path, e)
+                    continue
+                if existing is not None:
+                    return existing
             return entry
         except OSError as e:
             if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):
@@ -127,14 +183,17 @@ class PerFusionDirectory:
             if not name.endswith(".textproto"):
                 raise CacheFileError(path, "not a per-fusion cache file "
                                      "(foreign file in the cache directory)")
-            with open(path, "rb") as f:
-                entries = codec.decode(f.read(), path)
+            entries = codec.decode(codec.read_bytes(path), path)
             for entry in entries:
                 if keys.file_name(entry.key) != name:
                     raise CacheFileError(path, "file name does not match the "
                                          "cache key inside")
             out.extend(entries)
         return out
+
+
+def _identity(stat):
+    return stat.st_dev, stat.st_ino
 
 
 class LoadedFile:
@@ -155,7 +214,6 @@ class ResultsCache:
         self.memory = {}
         self.loaded = {}
         self.sources = {}
-        self.files = []
         self.per_fusion_dir = per_fusion_dir
         self.remote = remote
 
@@ -163,6 +221,9 @@ class ResultsCache:
         """Loads a results file. Two files giving one key different configs
         is an error naming both."""
         entries = codec.load_results(path)
+        # Best configs are decoded now, at C speed for binary files: a
+        # malformed one is an error at start-up, not a hit at launch time.
+        codec.decode_heads(entries)
         for entry in entries:
             other = self.loaded.get(entry.key)
             if other is not None and not other.same_result(entry):
@@ -173,7 +234,6 @@ class ResultsCache:
             self.loaded[entry.key] = entry
             self.sources.setdefault(entry.key, path)
         loaded = LoadedFile(path, entries)
-        self.files.append(loaded)
         return loaded
 
     def usable_in(self, loaded):

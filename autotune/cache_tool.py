@@ -24,6 +24,7 @@ import collections
 import datetime
 import importlib
 import json
+import math
 import os
 import sys
 
@@ -70,17 +71,27 @@ def read_cache(path, parse_all=False):
     if remote_tool.is_remote_url(path):
         return remote_tool.read_remote(path)
     if path == "-":
-        return _read_sniffed(path, sys.stdin.buffer.read(), parse_all)
+        entries = _read_sniffed(path, sys.stdin.buffer.read(), parse_all)
+        try:
+            codec.decode_heads(entries)
+        except CacheFileError as e:
+            raise ToolError(str(e))
+        return entries
     if not os.path.exists(path):
         raise ToolError(f"{path}: no such file or directory")
     try:
         if os.path.isdir(path):
-            return PerFusionDirectory(path, "read").entries()
-        if not codec.is_text_path(path) and \
+            entries = PerFusionDirectory(path, "read").entries()
+        elif not codec.is_text_path(path) and \
                 not path.endswith(BINARY_EXTENSIONS):
             with open(path, "rb") as f:
-                return _read_sniffed(path, f.read(), parse_all)
-        return codec.load_results(path, parse_all=parse_all)
+                entries = _read_sniffed(path, f.read(), parse_all)
+        else:
+            entries = codec.load_results(path, parse_all=parse_all)
+        # Every subcommand reads the best configs: a malformed one is bad
+        # input, reported before anything else happens.
+        codec.decode_heads(entries)
+        return entries
     except CacheFileError as e:
         raise ToolError(str(e))
     except OSError as e:
@@ -122,15 +133,33 @@ def write_cache(entries, path, inputs=()):
                             "modified (write elsewhere, then move)")
     try:
         if path.endswith(os.sep) or os.path.isdir(path):
-            os.makedirs(path, exist_ok=True)
-            directory = PerFusionDirectory(path, "update")
-            for entry in entries:
-                target = directory.file_path(entry.key)
-                codec.atomic_write(target, codec.encode([entry], target))
+            _write_directory(entries, path)
         else:
             codec.dump_results(entries, path)
     except CacheFileError as e:
         raise ToolError(str(e))
+    except OSError as e:
+        raise ToolError(f"{path}: {e.strerror or e}")
+
+
+def _write_directory(entries, path):
+    """One atomic file per entry; a directory this call created is removed
+    again when a write fails."""
+    created = not os.path.lexists(path)
+    os.makedirs(path, exist_ok=True)
+    written = []
+    try:
+        directory = PerFusionDirectory(path, "update")
+        for entry in entries:
+            target = directory.file_path(entry.key)
+            codec.atomic_write(target, codec.encode([entry], target))
+            written.append(target)
+    except BaseException:
+        if created:
+            for target in written:
+                os.unlink(target)
+            os.rmdir(path)
+        raise
 
 
 # -- show / stats ---------------------------------------------------------
@@ -350,8 +379,9 @@ def tree_kernels(modules):
     for name in modules:
         try:
             module = importlib.import_module(name)
-        except ImportError as e:
-            raise ToolError(f"--kernel_module={name}: cannot import: {e}")
+        except Exception as e:  # the module's own code raised
+            raise ToolError(f"--kernel_module={name}: cannot import: "
+                            f"{type(e).__name__}: {e}")
         for value in vars(module).values():
             if isinstance(value, Autotuner):
                 known[value.name] = value.fingerprint
@@ -419,12 +449,21 @@ def cmd_verify(args):
     return 1 if findings else 0
 
 
-def _parse_age(text):
+def _cutoff(text, now):
+    """The timestamp before which entries are older than `text` days."""
     try:
         days = float(text.rstrip("d"))
     except ValueError:
-        raise ToolError(f"--older_than={text!r}: expected days, like 30 or 30d")
-    return datetime.timedelta(days=days)
+        days = math.nan
+    if not (math.isfinite(days) and days >= 0):
+        raise ToolError(f"--older_than={text!r}: expected a number of days "
+                        ">= 0, like 30 or 30d")
+    try:
+        return (now - datetime.timedelta(days=days)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+    except OverflowError:
+        raise ToolError(f"--older_than={text!r}: reaches back before the "
+                        "year 1") from None
 
 
 def cmd_prune(args):
@@ -435,8 +474,8 @@ def cmd_prune(args):
                         "kernels")
     cutoff = None
     if args.older_than:
-        cutoff = (datetime.datetime.now(datetime.timezone.utc)
-                  - _parse_age(args.older_than)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cutoff = _cutoff(args.older_than,
+                         datetime.datetime.now(datetime.timezone.utc))
     keep, drop = [], []
     for entry in entries:
         reason = None
@@ -554,7 +593,7 @@ def main(argv=None):
         # again; a command makes no cycles worth collecting before it ends.
         with codec.no_gc():
             return args.func(args)
-    except (ToolError, remote_tool.RemoteToolError) as e:
+    except (ToolError, CacheFileError, remote_tool.RemoteToolError) as e:
         print(f"autotune_cache: error: {e}", file=sys.stderr)
         return 2
 

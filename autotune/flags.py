@@ -12,6 +12,8 @@ import shlex
 
 from absl import flags as absl_flags
 
+from autotune.backends import BACKEND_NAMES
+
 ENV_VAR = "AUTOTUNE_FLAGS"
 MISS_POLICIES = ("tune", "nearest", "seeded")
 
@@ -74,7 +76,7 @@ def _define(values):
         "Fail on any cache miss, listing every missing fusion.",
         flag_values=values)
     absl_flags.DEFINE_enum(
-        "autotune_backend", "auto", ["auto", "gpu", "interpreter"],
+        "autotune_backend", "auto", list(BACKEND_NAMES),
         "auto: the GPU when one is visible, else Triton's interpreter.",
         flag_values=values)
     absl_flags.DEFINE_enum(
@@ -232,6 +234,29 @@ def resolve_options(options, env=None):
         setattr(options, name, [resolve_path(p, env, name)
                                 for p in getattr(options, name) or []])
     return options
+
+
+def check_values(options):
+    """Options given through the Python API are checked as the flag parser
+    checks flags (enum values, booleans, numbers), using its definitions."""
+    values = absl_flags.FlagValues()
+    _define(values)
+    for name in flag_names():
+        value, flag = getattr(options, name), values[name]
+        if value is None or value == flag.default:
+            continue
+        allowed = getattr(flag.parser, "enum_values", None)
+        if allowed and value not in allowed:
+            raise AutotuneFlagsError(
+                f"{name}={value!r}: expected one of {', '.join(allowed)}")
+        if isinstance(flag.parser, absl_flags.BooleanParser) and \
+                not isinstance(value, bool):
+            raise AutotuneFlagsError(
+                f"{name}={value!r}: expected True or False")
+        if isinstance(flag.parser, absl_flags.FloatParser) and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))):
+            raise AutotuneFlagsError(f"{name}={value!r}: expected a number")
 
 
 def from_environment(env=None):

@@ -130,18 +130,24 @@ class Session:
         self.incumbents = {}
         for path in self.options.autotune_incumbents_from:
             self._load_incumbents(path)
+        for flag, path in (
+                ("dump_autotune_results_to",
+                 self.options.dump_autotune_results_to),
+                ("autotune_report_to", self.options.autotune_report_to)):
+            _check_output_path(flag, path)
         dump = self.options.dump_autotune_results_to
-        if dump and not os.path.isdir(os.path.dirname(os.path.abspath(dump))):
-            raise AutotuneError(
-                f"--dump_autotune_results_to={dump}: directory "
-                f"{os.path.dirname(os.path.abspath(dump))} does not exist")
         if dump and os.path.exists(dump):
             # The dump merges into this file at exit: say now, not after
             # the tests ran, that it cannot be read.
             self._read_existing_dump(dump)
 
     def _check_sharding(self):
-        total = int(os.environ.get("TEST_TOTAL_SHARDS", "1") or "1")
+        try:
+            total = int(os.environ.get("TEST_TOTAL_SHARDS", "1") or "1")
+        except ValueError:
+            raise AutotuneError(
+                f"TEST_TOTAL_SHARDS={os.environ['TEST_TOTAL_SHARDS']!r} is not "
+                "a number of shards") from None
         if self.options.autotune_fail_if_sharded and total > 1:
             target = os.environ.get("TEST_TARGET", "this dump target")
             raise AutotuneError(
@@ -382,6 +388,20 @@ class Session:
                     self.report(), indent=2, sort_keys=True).encode() + b"\n")
 
 
+def _check_output_path(flag, path):
+    """A file written at exit: its problems are reported at start-up,
+    not after the whole run."""
+    if not path:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise AutotuneError(f"--{flag}={path}: directory {directory} does "
+                            "not exist")
+    if os.path.isdir(path):
+        raise AutotuneError(f"--{flag}={path}: is a directory; give a file "
+                            "name")
+
+
 _SESSION = None
 _SESSION_LOCK = threading.Lock()
 
@@ -416,7 +436,9 @@ def configure(backend=None, **options):
         elif value is not None:
             options[name] = [os.fspath(p) for p in value]
     try:
-        opts = flags.resolve_options(flags.Options(**options))
+        opts = flags.Options(**options)
+        flags.check_values(opts)
+        opts = flags.resolve_options(opts)
     except flags.AutotuneFlagsError as e:
         raise AutotuneError(str(e)) from None
     with _SESSION_LOCK:
@@ -434,12 +456,30 @@ def _finish_at_exit():
         current.finish()
     except Exception as e:  # exit path: report, and fail the process
         print(f"autotune: error at exit: {e}", file=sys.stderr)
+        # Only os._exit can set the exit status here, and it skips the
+        # handlers still to run: run them first (this handler runs before
+        # every other one, see _run_first_at_exit).
+        atexit.unregister(_finish_at_exit)
+        atexit._run_exitfuncs()
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(1)
 
 
+def _run_first_at_exit():
+    """Called at interpreter shutdown once threads are done with, just
+    before the atexit handlers run (last registered first): registering
+    _finish_at_exit again makes it the first, so that when it fails no
+    other handler has run yet."""
+    atexit.unregister(_finish_at_exit)
+    atexit.register(_finish_at_exit)
+
+
 atexit.register(_finish_at_exit)
+try:  # private, but the hook concurrent.futures uses for the same purpose
+    threading._register_atexit(_run_first_at_exit)
+except (AttributeError, RuntimeError):
+    pass
 
 
 def __getattr__(name):

@@ -56,10 +56,14 @@ class MessageDecoder:
 
     def head(self, msg):
         try:
-            return _memo_config(msg.best, self.memo), msg.run_time_us
+            best = _memo_config(msg.best, self.memo)
         except ValueError as e:
             raise CacheFileError(self.source, f"entry for kernel "
                                  f"{msg.kernel} [{msg.signature}]: {e}")
+        if schema.bad_time(msg.run_time_us):
+            raise schema.time_error(self.source, _describe(msg) +
+                                    "run_time_us", msg.run_time_us)
+        return best, msg.run_time_us
 
     def __call__(self, msg):
         if type(msg) is pb.EntryHead:
@@ -75,12 +79,21 @@ class MessageDecoder:
         except ValueError as e:
             raise CacheFileError(self.source, f"entry for kernel {msg.kernel} "
                                  f"[{msg.signature}]: candidate: {e}")
+        for c in cands:
+            if schema.bad_time(c.run_time_us):
+                raise schema.time_error(self.source, _describe(msg) +
+                                        "candidate run_time_us",
+                                        c.run_time_us)
         return cands, self.provenance(msg)
 
     def provenance(self, msg):
         if type(msg) is pb.EntryHead:
             msg = self.full_entry(msg)
         p = msg.provenance
+        for name in ("timing_spread", "tuning_seconds"):
+            if schema.bad_time(getattr(p, name)):
+                raise schema.time_error(self.source, _describe(msg) + name,
+                                        getattr(p, name))
         return Provenance(p.triton_version, p.torch_version, p.cuda_version,
                           p.timestamp, p.timing_spread, p.tuner,
                           p.tuning_seconds)
@@ -108,9 +121,16 @@ class MessageDecoder:
             except ValueError as e:
                 raise CacheFileError(self.source, f"best config: {e}")
         configs = column(self.memo, raws, make)
-        for _ in map(Entry.set_head, entries, configs,
-                     map(_RUN_TIME_FIELD, messages)):
+        run_times = list(map(_RUN_TIME_FIELD, messages))
+        if not schema.times_ok(run_times):
+            for msg in messages:
+                self.head(msg)  # raises for the first bad one
+        for _ in map(Entry.set_head, entries, configs, run_times):
             pass
+
+
+def _describe(msg):
+    return f"entry for kernel {msg.kernel} [{msg.signature}]: "
 
 
 _BEST_FIELD = operator.attrgetter("best")
@@ -174,8 +194,13 @@ def decode_binary(data, source, parse_all=False):
         raise CacheFileError(
             source, f"truncated: the file declares {results.entry_count} "
             f"entries but holds {len(results.entries)}")
+    if not results.entries and not data.endswith(_EMPTY_COUNT):
+        raise CacheFileError(source, "truncated: no entry_count field (an "
+                             "empty cache ends with entry_count 0)")
     return entries_from_messages(results, source)
 
+
+_EMPTY_COUNT = RESULTS.entry_count + b"\0"
 
 # --------------------------------------------------------------------------
 # The encoder.
@@ -325,4 +350,6 @@ def encode_binary_chunks(entries, chunk_size=4096):
             continue
         yield b"".join([_len_field(RESULTS.entries, enc.entry(entry))
                         for entry in chunk])
-    yield _int_field(RESULTS.entry_count, len(entries))
+    # Written even when 0 (proto3 would leave a zero out): a file cut
+    # right after its version field must not read as an empty cache.
+    yield RESULTS.entry_count + _varint(len(entries))

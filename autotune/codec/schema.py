@@ -1,6 +1,7 @@
 """What the codecs take from the schema (autotune/proto): the format
 version, and the wire tag of every field, computed from the message
 descriptors so that a field number is written down in one place only."""
+import math
 import types
 
 from google.protobuf import descriptor
@@ -48,6 +49,23 @@ ENTRY = _tags(pb.Entry)
 CONFIG = _tags(pb.Config)
 CANDIDATE = _tags(pb.Candidate)
 PROVENANCE = _tags(pb.Provenance)
+
+
+def bad_time(value):
+    """Whether a run time or duration read from a file is unusable: only
+    finite numbers >= 0 are (NaN fails every comparison)."""
+    return not (0.0 <= value < math.inf)
+
+
+def times_ok(values):
+    """Whether every number of a column is a usable time, at C speed."""
+    return not values or (min(values) >= 0.0
+                          and math.isfinite(sum(values)))
+
+
+def time_error(source, what, value):
+    return CacheFileError(source, f"{what} is {value!r}; run times and "
+                          "durations must be finite numbers >= 0")
 
 
 def check_header(version, source):

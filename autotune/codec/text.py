@@ -385,6 +385,8 @@ def _parse_candidate_fast(line, memo):
     if rest.startswith("run_time_us: "):
         value, _, rest = rest[len("run_time_us: "):].partition(" ")
         run_time = float(value)
+        if schema.bad_time(run_time):
+            raise _NotCanonical()  # text_format's path names the entry
     if rest.startswith("failure: "):
         value, _, rest = rest[len("failure: "):].partition(" ")
         if value not in FAILURE_KINDS:
@@ -419,6 +421,8 @@ def _parse_provenance_fast(line):
             fields[name] = _unquote(value)
         elif name in _PROVENANCE_FLOATS:
             fields[name] = float(value)
+            if schema.bad_time(fields[name]):
+                raise _NotCanonical()  # text_format's path names the entry
         else:
             raise _NotCanonical()
     return Provenance(**fields)
@@ -603,6 +607,8 @@ def _parse_text_fast(text, source, trusted=False):
                     lambda line, _: _parse_best_line(line))
     run_times = list(map(float, map(operator.getitem, run_lines,
                                     itertools.repeat(slice(15, None)))))
+    if not schema.times_ok(run_times):
+        raise _NotCanonical()  # text_format's path names the entry
     keys = map(tuple.__new__, itertools.repeat(CacheKey),
                zip(devices, kernels, fingerprints, signatures, key_versions))
     rest_decoder = _TextRestDecoder({}, source, trusted)
@@ -656,6 +662,8 @@ def _parse_blocks(blocks, state, source, rest_lines, n_lines, trusted):
         run_time = 0.0
         if lines[i].startswith("  run_time_us: "):
             run_time = float(lines[i][15:])
+            if schema.bad_time(run_time):
+                raise _NotCanonical()  # text_format's path names the entry
             i += 1
         head_lines += i
         rest = "\n".join(lines[i:])
