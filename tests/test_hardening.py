@@ -374,8 +374,9 @@ def test_one_error_type_for_users(session_factory, tmp_path):
     assert autotune.AutotuneError is AutotuneError
     with pytest.raises(AutotuneError, match="does not exist"):
         session_factory(per_fusion_autotune_cache_dir=str(tmp_path / "no"))
-    with pytest.raises(AutotuneError, match="no such file"):
-        session_factory(load_autotune_results_from=[str(tmp_path / "no")])
+    (tmp_path / "bad.pb").write_bytes(b"garbage")
+    with pytest.raises(AutotuneError, match="bad.pb"):
+        session_factory(load_autotune_results_from=[str(tmp_path / "bad.pb")])
 
 
 # -- 10. symlinks and the umask ------------------------------------------------
