@@ -310,7 +310,7 @@ class AutotunePlugin:
         self._reported_misses = set()
         self.worker_outputs = []    # [(worker id, payload)] on a controller
         self.old_entries = None
-        self.narrowed = []          # why this run is not a full run
+        self.narrowed = _narrowing(config)  # why this is not a full run
         self.result = None          # what the end of the session did
         self.shared_dir = None      # update with xdist: the workers' cache
         self.started = time.perf_counter()
@@ -418,16 +418,9 @@ class AutotunePlugin:
 
     # -- selection -----------------------------------------------------------
     def pytest_deselected(self, items):
+        # On xdist workers: they collect, the controller does not.
         self.narrowed.append(f"{len(items)} test(s) deselected")
 
-    def pytest_collection_modifyitems(self, config, items):
-        opt = config.option
-        if getattr(opt, "keyword", ""):
-            self.narrowed.append(f"-k {opt.keyword}")
-        if getattr(opt, "markexpr", ""):
-            self.narrowed.append(f"-m {opt.markexpr}")
-        if any("::" in arg for arg in config.args):
-            self.narrowed.append("test ids given")
 
     # -- tests ---------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
@@ -543,7 +536,7 @@ class AutotunePlugin:
         from autotune import codec
         entries = self._entries_of_this_process()
         return {"stats": _stats_dict(self.sessions),
-                "misses": self.misses,
+                "misses": self.misses, "narrowed": self.narrowed,
                 "entries": codec.encode(
                     entries, "worker.textproto").decode() if entries else ""}
 
@@ -565,6 +558,8 @@ class AutotunePlugin:
             for name in STAT_FIELDS:
                 stats[name] += payload["stats"].get(name, 0)
             misses.extend(payload["misses"])
+            self.narrowed.extend(n for n in payload["narrowed"]
+                                 if n not in self.narrowed)
             if payload["entries"]:
                 runs.append((worker, codec.decode(
                     payload["entries"].encode(), f"{worker}.textproto")))
@@ -665,6 +660,21 @@ class AutotunePlugin:
             why = r.get("not_written_because", "")
             tr.write_line(f"autotune: {cache} left untouched ({why})",
                           **({} if why == "no change" else {"red": True}))
+
+
+def _narrowing(config):
+    """What on the command line selects part of the tests."""
+    opt = config.option
+    out = []
+    if getattr(opt, "keyword", ""):
+        out.append(f"-k {opt.keyword}")
+    if getattr(opt, "markexpr", ""):
+        out.append(f"-m {opt.markexpr}")
+    if any("::" in arg for arg in config.args):
+        out.append("test ids given")
+    if getattr(opt, "lf", False) or getattr(opt, "stepwise", False):
+        out.append("--lf / --sw")
+    return out
 
 
 def _relative(path, config):

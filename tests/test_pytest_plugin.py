@@ -192,8 +192,10 @@ def test_update_of_a_subset_keeps_other_entries(project):
         kernel="unused_kernel"))
     codec.dump_results(entries + [other], str(cache))
     before = entries_of(cache)
+    # With xdist: the controller, which collects nothing, must still see
+    # that -k narrows the run.
     result = run_pytest(project, *PLUGIN, "--autotune-update", "-k",
-                        "add_one", "--autotune-prune-unused")
+                        "add_one", "--autotune-prune-unused", "-n", "2")
     assert result.returncode == 0, result.output
     after = entries_of(cache)
     assert sorted(after) == sorted(before)
