@@ -17,7 +17,7 @@ import itertools
 from autotune import cache_key, tuner
 from autotune.records import Entry
 from autotune.runtime import AutotuneError, session
-from autotune.search import reuse
+from autotune.search import parallel, reuse
 
 
 def _constexpr_args(fn):
@@ -175,31 +175,41 @@ class Autotuner:
             on_compile_rejected=sess.count_compile_rejected)
         # The cached config of this fusion, if any: kept unless beaten.
         incumbent = sess.incumbent_config(key)
-        if self.space is None or self.search == "exhaustive":
-            configs = self.configs if self.space is None else \
-                self.space.configs()
-            rest = [c for c in configs if c not in seeds]
-            if seeds:
-                # seeded: a short search, the neighbours' configs first.
-                rest = rest[:max(1, len(rest) // 2)]
-                if incumbent in configs and incumbent not in seeds \
-                        and incumbent not in rest:
-                    rest.append(incumbent)
-            result = tuner.run_candidates(evaluator, list(seeds) + rest,
-                                          "seeded" if seeds else "exhaustive",
-                                          incumbent=incumbent)
-        else:
-            from autotune.search import evolutionary
-            budget = self.budget
-            if seeds and budget:
-                budget = max(len(seeds) + 1, budget // 2)
-            first = list(seeds)
-            if incumbent is not None and incumbent not in first:
-                first.append(incumbent)
-            result = evolutionary.tune_with_search(
-                evaluator, self.space, budget=budget, seed=self.seed,
-                seeds=first)
-            result = tuner.reselect(evaluator, result, incumbent)
+        # --autotune_workers: the candidates are measured in worker
+        # processes (None: in this process).
+        pool = parallel.CandidatePool.for_miss(
+            evaluator, sess.options.autotune_workers, sess.backend, self,
+            grid, args, kwargs)
+        try:
+            if self.space is None or self.search == "exhaustive":
+                configs = self.configs if self.space is None else \
+                    self.space.configs()
+                rest = [c for c in configs if c not in seeds]
+                if seeds:
+                    # seeded: a short search, the neighbours' configs first.
+                    rest = rest[:max(1, len(rest) // 2)]
+                    if incumbent in configs and incumbent not in seeds \
+                            and incumbent not in rest:
+                        rest.append(incumbent)
+                result = tuner.run_candidates(
+                    evaluator if pool is None else pool.replay(evaluator),
+                    list(seeds) + rest, "seeded" if seeds else "exhaustive",
+                    incumbent=incumbent)
+            else:
+                from autotune.search import evolutionary
+                budget = self.budget
+                if seeds and budget:
+                    budget = max(len(seeds) + 1, budget // 2)
+                first = list(seeds)
+                if incumbent is not None and incumbent not in first:
+                    first.append(incumbent)
+                result = evolutionary.tune_with_search(
+                    evaluator, self.space, budget=budget, seed=self.seed,
+                    seeds=first, pool=pool)
+                result = tuner.reselect(evaluator, result, incumbent)
+        finally:
+            if pool is not None:
+                pool.close()
         return Entry(key, result.best.config, result.best.run_time_us,
                      sorted(result.candidates,
                             key=lambda c: c.config.sort_key),

@@ -45,6 +45,7 @@ class Options:
     autotune_remote_cache_ca_file: str = None
     autotune_compile_check: str = None
     autotune_incumbents_from: list = dataclasses.field(default_factory=list)
+    autotune_workers: int = 1
 
 
 # Flags that take a comma-separated list: repeating one adds to the list.
@@ -105,6 +106,11 @@ def _define(values):
         "are ignored; may be repeated.", flag_values=values)
     _define_remote(values)
     _define_compile_check(values)
+    absl_flags.DEFINE_integer(
+        "autotune_workers", 1,
+        "On a miss, measure candidates in this many worker processes (one "
+        "per GPU on a multi-GPU host; plain processes on the interpreter).",
+        lower_bound=1, flag_values=values)
 
 
 def _define_remote(values):
@@ -219,6 +225,11 @@ def split_list(value):
 
 
 def resolve_options(options, env=None):
+    workers = options.autotune_workers
+    if isinstance(workers, bool) or not isinstance(workers, int) \
+            or workers < 1:
+        raise AutotuneFlagsError(
+            f"autotune_workers must be a whole number >= 1, got {workers!r}")
     options.per_fusion_autotune_cache_dir = resolve_path(
         options.per_fusion_autotune_cache_dir, env,
         "per_fusion_autotune_cache_dir")

@@ -146,6 +146,29 @@ def test_simulate_cli_table_missing_a_config(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_simulate_cli_counts_missing_configs_as_failed(tmp_path):
+    path = tmp_path / "holey.json.gz"
+    synthetic_table(path)
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    for key in ("5,3", "0,0", "9,5"):
+        del data["cache"][key]
+    with gzip.open(path, "wt") as f:
+        json.dump(data, f)
+    result = subprocess.run([sys.executable, "-m", "autotune.search.simulate",
+                             str(path), "--budget", "60",
+                             "--missing_as_failed"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The optimum (5, 3) is missing: the best the table holds is 2 ms.
+    assert "best after 60 evaluations" in result.stdout
+    assert " 2.0000 ms" in result.stdout
+    measured_missing = int(result.stdout.split("missing from the table: ")[1]
+                           .split()[0])
+    assert 1 <= measured_missing <= 3
+    assert "3 of the space's 60" in result.stdout
+
+
 def test_diverse_top_takes_each_basin_first():
     ranked = [Config({"A": a, "F": f}) for a, f in
               [(1, 0), (2, 0), (3, 0), (9, 1)]]
@@ -202,3 +225,76 @@ def test_parallel_tuning_of_real_triton_candidates():
         result = search.run(measure_many=evaluator.evaluate)
     assert len(result.measurements) == 8
     assert result.best is not None and result.best.time > 0
+
+
+# -- --autotune_workers: the decorator's miss path in worker processes -----
+
+PARENT_PID = os.getpid()
+
+
+def dies_in_a_worker_on_block_64(n):
+    import triton
+
+    def grid(meta):
+        if meta["BLOCK"] == 64 and os.getpid() != PARENT_PID:
+            os._exit(3)  # the worker dies mid-candidate
+        return (triton.cdiv(n, meta["BLOCK"]),)
+    return grid
+
+
+def tune_once(session_factory, tmp_path, name, workers, grid_of=None):
+    import torch
+
+    import tiny_kernels as tk
+    report = tmp_path / f"{name}.json"
+    sess = session_factory(autotune_workers=workers,
+                           autotune_report_to=str(report))
+    configs = tk.GOOD + [tk.WRONG, tk.CRASH,
+                         Config({"BLOCK": 64, "BUG": 0}, num_warps=4)]
+    tuned = tk.make_tuner(configs)
+    x = torch.arange(40, dtype=torch.float32)
+    y = torch.empty_like(x)
+    grid = (grid_of or (lambda n: lambda meta: (-(-n // meta["BLOCK"]),)))(40)
+    tuned[grid](x, y, 40, 2.0)
+    assert torch.allclose(y, x * 2.0 + 1.0)
+    entry = next(iter(sess.cache.memory.values()))
+    stats = sess.stats.as_dict()
+    sess.finish()
+    return entry, stats, json.loads(report.read_text())
+
+
+def test_workers_tune_a_miss_as_one_process_does(session_factory, tmp_path):
+    one, one_stats, one_report = tune_once(session_factory, tmp_path, "one",
+                                           1)
+    two, two_stats, two_report = tune_once(session_factory, tmp_path, "two",
+                                           2)
+    # Same candidates, same verdicts, same counts; only timings differ.
+    assert [(c.config, c.failure) for c in one.candidates] == \
+        [(c.config, c.failure) for c in two.candidates]
+    assert {c.config: c.failure for c in two.candidates}[
+        Config({"BLOCK": 24, "BUG": 0}, num_warps=4)] == "COMPILE_ERROR"
+    assert one_stats["candidate_benchmarks"] == \
+        two_stats["candidate_benchmarks"] == 5
+    assert two.best.kwargs["BUG"] == 0 and two.provenance.tuner == \
+        one.provenance.tuner
+    assert sorted(one_report) == sorted(two_report)
+
+
+def test_a_dying_worker_loses_nothing_measured(session_factory, tmp_path):
+    entry, stats, _ = tune_once(session_factory, tmp_path, "dies", 2,
+                                dies_in_a_worker_on_block_64)
+    verdicts = {c.config.kwargs["BLOCK"]: c for c in entry.candidates}
+    assert verdicts[64].failure == "RUNTIME_ERROR"
+    assert "died" in verdicts[64].failure_detail
+    assert verdicts[16].ok and verdicts[32].ok
+    assert verdicts[24].failure == "COMPILE_ERROR"
+    assert entry.best.kwargs["BLOCK"] in (16, 32)
+
+
+def test_workers_flag_is_checked():
+    from autotune import flags
+    assert flags.parse("--autotune_workers=3").autotune_workers == 3
+    with pytest.raises(flags.AutotuneFlagsError, match="autotune_workers"):
+        flags.parse("--autotune_workers=0")
+    with pytest.raises(flags.AutotuneFlagsError, match="whole number"):
+        flags.resolve_options(flags.Options(autotune_workers="2"))

@@ -312,20 +312,30 @@ class EvolutionarySearch:
 
 
 def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),
-                     time_budget_s=None):
+                     time_budget_s=None, pool=None):
     """Tunes one fusion with the evolutionary search; the evaluator is the
-    tuner's CandidateEvaluator. Returns a tuner.TuneResult."""
+    tuner's CandidateEvaluator, and a parallel.CandidatePool, when given,
+    measures each batch in its workers. Returns a tuner.TuneResult."""
     from autotune import tuner
     budget = budget or max(16, min(len(space), 64))
     search = EvolutionarySearch(space, budget=budget, seed=seed, seeds=seeds,
                                 time_budget_s=time_budget_s)
 
-    def measure(config):
-        candidate, timing = evaluator(config)
+    def as_measurement(config, candidate, timing):
         return Measurement(config, candidate.run_time_us if candidate.ok
                            else None, candidate.failure,
                            candidate.failure_detail, timing)
-    result = search.run(measure)
+
+    def measure(config):
+        return as_measurement(config, *evaluator(config))
+
+    def measure_many(configs):
+        return [as_measurement(c, *answer)
+                for c, answer in zip(configs, pool.measure_many(configs))]
+    if pool is None:
+        result = search.run(measure)
+    else:
+        result = search.run(measure_many=measure_many)
     evaluator.finish()
     candidates = [Candidate(m.config, m.time or 0.0, m.failure, m.detail)
                   for m in result.measurements]

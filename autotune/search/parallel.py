@@ -42,9 +42,10 @@ def _worker_main(factory, device, conn):
         task_id, config = task
         try:
             m = objective(config)
-            payload = (m.time, m.failure, m.detail)
+            payload = (m.time, m.failure, m.detail, m.timing)
         except Exception as e:  # report, keep the worker alive
-            payload = (None, "RUNTIME_ERROR", f"{type(e).__name__}: {e}"[:200])
+            payload = (None, "RUNTIME_ERROR", f"{type(e).__name__}: {e}"[:200],
+                       None)
         conn.send((task_id, payload))
 
 
@@ -132,9 +133,9 @@ class ParallelEvaluator:
                 task_id, payload = w["conn"].recv()
                 w["busy"] = [b for b in w["busy"] if b[0] != task_id]
                 if task_id not in done:
-                    t, failure, detail = payload
+                    t, failure, detail, timing = payload
                     done[task_id] = Measurement(configs[task_id], t, failure,
-                                                detail)
+                                                detail, timing)
         except (EOFError, OSError):
             return False
         return w["proc"].is_alive()
@@ -179,3 +180,207 @@ class ParallelEvaluator:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# -- the miss path: one fusion's candidates in worker processes -----------
+
+def _evaluator_objective(evaluator):
+    """objective(config) -> Measurement over a tuner.CandidateEvaluator."""
+    def objective(config):
+        candidate, timing = evaluator(config)
+        return Measurement(config, candidate.run_time_us if candidate.ok
+                           else None, candidate.failure,
+                           candidate.failure_detail, timing)
+    return objective
+
+
+def _forked_factory(evaluator):
+    # Fork start: the worker inherits the evaluator (kernel, arguments,
+    # reference outputs) as it is in the tuning process; nothing is pickled.
+    def factory(device):
+        evaluator.compile_checker = None  # checked by the tuning process
+        evaluator.on_benchmark = None  # counted by the tuning process
+        return _evaluator_objective(evaluator)
+    return factory
+
+
+class _Replay:
+    def __init__(self, pool, evaluator):
+        self.pool = pool
+        self.evaluator = evaluator
+        self.answers = {}
+
+    def precheck(self, configs):
+        todo = [c for c in dict.fromkeys(configs) if c not in self.answers]
+        self.answers.update(zip(todo, self.pool.measure_many(todo)))
+
+    def __call__(self, config):
+        if config not in self.answers:
+            self.precheck([config])
+        return self.answers[config]
+
+    def retime(self, config):
+        return self.evaluator.retime(config)
+
+    def finish(self):
+        self.evaluator.finish()
+
+
+def _to(value, device):
+    return value.to(device) if hasattr(value, "copy_") else value
+
+
+def _rebuilt_objective(spec_bytes, device):
+    """In a spawned GPU worker (CUDA_VISIBLE_DEVICES already pinned): the
+    kernel by reference, its arguments moved to the worker's GPU, and the
+    reference outputs the tuning process computed."""
+    import importlib
+    import pickle
+    import sys
+
+    from autotune import backends, tuner
+    spec = pickle.loads(spec_bytes)
+    module_name, attribute = spec["kernel"]
+    module = sys.modules.get(module_name) or \
+        importlib.import_module(module_name)
+    autotuner = getattr(module, attribute)
+    backend = backends.GpuBackend(**spec["backend"])
+    args = [_to(a, backend.device) for a in spec["args"]]
+    kwargs = {k: _to(v, backend.device) for k, v in spec["kwargs"].items()}
+    named = autotuner._bind(args, kwargs)
+    tensors = {k: v for k, v in named.items() if hasattr(v, "copy_")}
+    evaluator = tuner.CandidateEvaluator(
+        backend, lambda config: autotuner._launch(config, spec["grid"], args,
+                                                  kwargs, named),
+        tensors, outputs=autotuner.outputs, rtol=spec["rtol"],
+        atol=spec["atol"], timeout_s=autotuner.timeout_s,
+        restore=autotuner.restore_value, name=autotuner.name)
+    evaluator.expected = {k: _to(v, backend.device)
+                          for k, v in spec["expected"].items()}
+    return _evaluator_objective(evaluator)
+
+
+class CandidatePool:
+    """Measures one fusion's candidates in `workers` processes, for the
+    tuner's miss path: measure_many(configs) -> [(Candidate, Timing)] in
+    the order given, as the in-process evaluator would return them.
+
+    The reference outputs are computed here first (the reference function,
+    or the first candidate that runs, measured in this process), so every
+    worker compares against the same values. On the interpreter the workers
+    are forked copies of this process; on GPUs they are spawned, one per
+    visible GPU (never more than asked), and rebuild the launch from the
+    kernel's module-level name and the call's arguments.
+    """
+
+    def __init__(self, evaluator, workers, gpu_spec=None, gpu_count=0):
+        self.evaluator = evaluator
+        self.workers = workers
+        self.gpu_spec = gpu_spec
+        self.gpu_count = gpu_count
+        self.pool = None
+
+    @classmethod
+    def for_miss(cls, evaluator, workers, backend, autotuner=None,
+                 grid=None, args=(), kwargs=None):
+        """A pool, or None when tuning stays in this process (one worker,
+        one GPU, or a launch that cannot be rebuilt in another process)."""
+        if workers <= 1:
+            return None
+        if getattr(backend, "name", "") != "gpu":
+            return cls(evaluator, workers)
+        import pickle
+        import sys
+        import torch
+        count = min(workers, torch.cuda.device_count())
+        reason = None
+        if count <= 1:
+            reason = "one GPU visible"
+        kernel = _module_name_of(autotuner)
+        if reason is None and kernel is None:
+            reason = (f"{autotuner.name} is not a module-level name, so "
+                      "worker processes cannot import it")
+        if reason is None:
+            spec = {"kernel": kernel, "grid": grid,
+                    "args": [_to(a, "cpu") for a in args],
+                    "kwargs": {k: _to(v, "cpu")
+                               for k, v in (kwargs or {}).items()},
+                    "backend": {"warmup_ms": backend.warmup_ms,
+                                "rep_ms": backend.rep_ms}}
+            try:
+                pickle.dumps(spec)
+            except Exception as e:
+                reason = f"the launch cannot be sent to a worker ({e})"
+        if reason is not None:
+            print(f"autotune: --autotune_workers={workers}: tuning "
+                  f"{getattr(autotuner, 'name', 'the kernel')} in process: "
+                  f"{reason}", file=sys.stderr)
+            return None
+        return cls(evaluator, count, gpu_spec=spec, gpu_count=count)
+
+    def _start(self):
+        if self.gpu_spec is None:
+            self.pool = ParallelEvaluator(
+                _forked_factory(self.evaluator),
+                devices=[f"cpu{i}" for i in range(self.workers)],
+                start_method="fork")
+            return
+        import functools
+        import pickle
+        spec = dict(self.gpu_spec)
+        spec["expected"] = {k: _to(v, "cpu")
+                            for k, v in self.evaluator.expected.items()}
+        spec["rtol"], spec["atol"] = self.evaluator.rtol, self.evaluator.atol
+        self.pool = ParallelEvaluator(
+            functools.partial(_rebuilt_objective, pickle.dumps(spec)),
+            devices=[str(i) for i in range(self.gpu_count)], gpu=True)
+
+    def measure_many(self, configs):
+        from autotune.records import Candidate
+        configs = list(configs)
+        out = []
+        # Compile checks (--autotune_compile_check) stay here; a rejected
+        # config is answered without a launch, as in process.
+        self.evaluator.precheck(configs)
+        rejected = getattr(self.evaluator, "rejected", {})
+        answers = {c: self.evaluator(c) for c in configs if c in rejected}
+        order = configs
+        configs = [c for c in configs if c not in rejected]
+        # Until the reference outputs exist, candidates run here, in order:
+        # the first one that runs is the reference, as with one worker.
+        while configs and self.evaluator.expected is None:
+            out.append(self.evaluator(configs.pop(0)))
+        if configs:
+            if self.pool is None:
+                self._start()
+            for m in self.pool.evaluate(configs):
+                if self.evaluator.on_benchmark is not None:
+                    self.evaluator.on_benchmark()
+                out.append((Candidate(m.config, m.time or 0.0, m.failure,
+                                      m.detail), m.timing))
+        answers.update((answer[0].config, answer) for answer in out)
+        return [answers[c] for c in order]
+
+    def replay(self, evaluator):
+        """An evaluator for tuner.run_candidates whose answers the workers
+        measured: run_candidates hands every config to precheck first, and
+        they are measured there in one parallel batch."""
+        return _Replay(self, evaluator)
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+
+def _module_name_of(obj):
+    """(module, attribute) under which `obj` is a module-level global."""
+    import sys
+    kernel = getattr(obj, "kernel", None)
+    fn = getattr(kernel, "fn", kernel)
+    module_name = getattr(fn, "__module__", None)
+    module = sys.modules.get(module_name) if module_name else None
+    for name, value in vars(module).items() if module else ():
+        if value is obj:
+            return module_name, name
+    return None

@@ -71,6 +71,7 @@ class TimingTable:
         # Launch options are not part of these spaces: one fixed value.
         self.space = Space(self.params, constraints=constraints,
                            num_warps=(4,), num_stages=(2,))
+        self._valid = None
 
     def key_of(self, config):
         return tuple(config.kwargs[k] for k in self.keys)
@@ -88,6 +89,25 @@ class TimingTable:
 
     def config_of(self, values):
         return Config(dict(zip(self.keys, values)), 4, 2)
+
+    def faster_neighbour(self, config):
+        """A config of the space one parameter away from `config` that the
+        table says is faster, or None: None means a local optimum."""
+        if self._valid is None:
+            self._valid = {self.key_of(c) for c in self.space.configs()}
+        own = self.times.get(self.key_of(config))
+        if not isinstance(own, float):
+            return None
+        key = self.key_of(config)
+        for i, name in enumerate(self.keys):
+            for value in self.params[name]:
+                other = key[:i] + (value,) + key[i + 1:]
+                if other == key or other not in self._valid:
+                    continue
+                t = self.times.get(other)
+                if isinstance(t, float) and t < own:
+                    return self.config_of(other)
+        return None
 
     def ranked(self):
         """Measured configs, fastest first."""
@@ -142,7 +162,12 @@ def main(argv=None):
                         help="extra constraint, a Python expression")
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--missing_as_failed", action="store_true",
+                        help="a config the table does not hold counts as a "
+                        "failed measurement (incomplete tables) instead of "
+                        "stopping with an error")
     args = parser.parse_args(argv)
+    missing = []
     try:
         constraints = list(args.constraint)
         if args.constraints:
@@ -150,7 +175,14 @@ def main(argv=None):
         table = TimingTable(args.table, constraints)
 
         def measure(config):
-            t = table(config)
+            try:
+                t = table(config)
+            except TableMiss:
+                if not args.missing_as_failed:
+                    raise
+                missing.append(config)
+                return evolutionary.Measurement(
+                    config, None, "RUNTIME_ERROR", "not in the table")
             if isinstance(t, float):
                 return evolutionary.Measurement(config, t)
             return evolutionary.Measurement(config, None, t)
@@ -161,6 +193,12 @@ def main(argv=None):
     except (TableError, SpaceError, evolutionary.SearchError) as e:
         print(f"simulate: error: {e}", file=sys.stderr)
         return 2
+    if args.missing_as_failed:
+        absent = sum(1 for c in table.space.configs()
+                     if table.key_of(c) not in table.times)
+        print(f"missing from the table: {len(missing)} of the "
+              f"{len(result.measurements)} configs measured (counted as "
+              f"failed); {absent} of the space's {len(table.space)}")
     if result.best is None:
         print(f"simulate: no config ran in {len(result.measurements)} "
               "evaluations", file=sys.stderr)
