@@ -197,8 +197,10 @@ def test_interpreter_backend_refused_when_kernels_compile_for_the_gpu(
 
 
 def test_device_helper_gives_the_backends_device(session_factory):
-    session_factory()
-    assert autotune.device() == torch.device("cpu")
+    sess = session_factory()
+    expected = "cuda" if sess.backend.name == "gpu" else "cpu"
+    assert autotune.device().type == expected
+    assert autotune.device() == sess.backend.device
 
 
 # -- parallel workers pinned before they import anything -------------------
