@@ -66,7 +66,8 @@ def _error_types():
         _ERROR_TYPES = {
             "OUT_OF_RESOURCES": collect(
                 ("triton.runtime.errors", "OutOfResources"),
-                ("torch", "OutOfMemoryError")),
+                ("torch", "OutOfMemoryError"),
+                ("torch.cuda", "OutOfMemoryError")),
             "COMPILE_ERROR": collect(
                 ("triton.compiler.errors", "CompilationError"),
                 ("triton.runtime.errors", "PTXASError")),

@@ -4,19 +4,12 @@
 # source: autotune_results.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
+# rules_autotune: no runtime version guard; works with the protobuf range in
+# pyproject.toml (tools/gen_proto.py).
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
-from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-_runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC,
-    7,
-    35,
-    1,
-    '',
-    'autotune_results.proto'
-)
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
