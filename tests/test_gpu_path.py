@@ -235,3 +235,35 @@ def test_gpu_workers_refuse_fork():
     with pytest.raises(ValueError, match="spawn"):
         ParallelEvaluator(report_start_environment, devices=["0"], gpu=True,
                           start_method="fork")
+
+
+def test_gpu_timing_uses_do_bench_and_subtracts_the_restore(monkeypatch):
+    """GpuBackend.time on the CPU, with do_bench standing in for the GPU:
+    what it asks do_bench for and how it turns the answer into a Timing."""
+    import contextlib
+    import types
+
+    import triton.testing
+    calls = []
+
+    def fake_do_bench(fn, warmup, rep, quantiles):
+        fn()
+        calls.append((warmup, rep, tuple(quantiles)))
+        # ms: set-up + launch, then the set-up alone
+        return [0.010, 0.012, 0.020] if len(calls) == 1 else [0.002, 0.002,
+                                                              0.003]
+    monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
+    backend = object.__new__(backends.GpuBackend)
+    backend.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        device=lambda d: contextlib.nullcontext()))
+    backend._device = "cuda:0"
+    backend.warmup_ms, backend.rep_ms = 25.0, 100.0
+    order = []
+    timing = backend.time(lambda: order.append("run"),
+                          setup=lambda: order.append("restore"))
+    assert calls[0] == (25.0, 100.0, (0.0, 0.5, 1.0))
+    assert order[:2] == ["restore", "run"]
+    assert timing.median_us == pytest.approx(10.0)  # 12 us - 2 us
+    assert timing.samples == pytest.approx([8.0, 10.0, 18.0])
+    plain = backend.time(lambda: None)
+    assert plain.median_us == pytest.approx(2.0)
