@@ -28,15 +28,18 @@ def _load(tmp_path, name, op):
 
 
 def test_fingerprint_is_stable_and_follows_called_jit_functions(tmp_path):
-    a = _load(tmp_path, "mod_a", "+")
-    b = _load(tmp_path, "mod_b", "+")
-    c = _load(tmp_path, "mod_c", "*")
+    # One module name, loaded from three files: the kernels' own source is
+    # the same in all three, only the helper they call differs in one.
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    a = _load(tmp_path / "a", "kernels", "+")
+    b = _load(tmp_path / "b", "kernels", "+")
+    c = _load(tmp_path / "c", "kernels", "*")
+    assert a is not b
     fa = cache_key.kernel_fingerprint(a)
     assert len(fa) == 16
-    # Same source (other module name) hashes differently only by module:
-    # same module name and source must give the same fingerprint.
-    assert fa == cache_key.kernel_fingerprint(a)
-    assert cache_key.kernel_fingerprint(c) != cache_key.kernel_fingerprint(b)
+    assert fa == cache_key.kernel_fingerprint(b)  # same code, same hash
+    assert cache_key.kernel_fingerprint(c) != fa  # the helper changed
 
 
 def test_signature_is_readable_and_canonical():

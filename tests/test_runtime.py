@@ -1,5 +1,5 @@
 import json
-import time
+import types
 
 import pytest
 import torch
@@ -270,13 +270,17 @@ def test_failures_are_classified():
         "OUT_OF_RESOURCES"
 
 
-def test_slow_first_run_is_a_timeout_and_never_wins():
+def test_slow_first_run_is_a_timeout_and_never_wins(monkeypatch):
     from autotune import backends, tuner
     x = torch.arange(8.0)
     y = torch.zeros(8)
+    # The tuner's clock advances only by what each launch says it took.
+    clock = [0.0]
+    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(
+        perf_counter=lambda: clock[0]))
 
     def launch(config):
-        time.sleep(config.kwargs["SLEEP"])
+        clock[0] += config.kwargs["SLEEP"]
         y.copy_(x * 2)
 
     slow, fast = Config({"SLEEP": 0.3}), Config({"SLEEP": 0.0})
