@@ -224,6 +224,12 @@ def _describe(key):
             "device": key.device}
 
 
+def _stale_reason(key, cached_fingerprints):
+    return (f"the cache has it for kernel fingerprint "
+            f"{', '.join(cached_fingerprints)}, this kernel is "
+            f"{key.fingerprint}: its source changed since it was tuned")
+
+
 def classify_miss(key, loaded_entries):
     """Stale (the cache has this fusion for another version of the kernel)
     or missing (it has no entry for it), with a one-line reason."""
@@ -233,10 +239,7 @@ def classify_miss(key, loaded_entries):
         and e.key.device == key.device and e.key.fingerprint !=
         key.fingerprint})
     if other_fingerprints:
-        return "stale", (f"the cache has it for kernel fingerprint "
-                         f"{', '.join(other_fingerprints)}, this kernel is "
-                         f"{key.fingerprint}: its source changed since it "
-                         "was tuned")
+        return "stale", _stale_reason(key, other_fingerprints)
     same_kernel = [e for e in loaded_entries if e.key.kernel == key.kernel]
     if not same_kernel:
         return "missing", f"the cache has no entry for kernel {key.kernel}"
@@ -477,9 +480,16 @@ class AutotunePlugin:
             return report
         lines = []
         loaded = list(sess.cache.loaded.values())
+        # The runtime's miss error says which misses are stale, where it
+        # raised one; other misses are judged by the same rule here.
+        raised = getattr(call.excinfo, "value", None)
+        stale = getattr(raised, "stale", None) or {}
         for key in new:
             self._reported_misses.add(key)
-            status, reason = classify_miss(key, loaded)
+            if key in stale:
+                status, reason = "stale", _stale_reason(key, [stale[key]])
+            else:
+                status, reason = classify_miss(key, loaded)
             self.misses.append({**_describe(key), "status": status,
                                 "reason": reason, "test": item.nodeid})
             lines.append(f"{status}: {key.kernel} [{key.signature}] on "
