@@ -44,7 +44,7 @@ class Autotuner:
                  name=None, space=None, search="exhaustive", budget=None,
                  seed=0, timeout_s=60.0):
         self.kernel = kernel
-        fn = cache_key._python_function(kernel)
+        fn = cache_key.python_function(kernel)
         self.name = name or fn.__name__
         self.arg_names = list(getattr(kernel, "arg_names", None)
                               or fn.__code__.co_varnames[:fn.__code__.co_argcount])

@@ -14,7 +14,7 @@ from autotune.records import KEY_VERSION, CacheKey
 _FINGERPRINTS = {}
 
 
-def _python_function(kernel):
+def python_function(kernel):
     """The Python function behind a JITFunction, an InterpretedFunction
     (TRITON_INTERPRET=1, which has no cache_key) or a plain function."""
     fn = getattr(kernel, "fn", None)
@@ -67,7 +67,7 @@ def kernel_fingerprint(kernel):
     stack = [kernel]
     while stack:
         obj = stack.pop()
-        fn = _python_function(obj)
+        fn = python_function(obj)
         name = f"{getattr(fn, '__module__', '?')}.{fn.__qualname__}"
         if name in seen:
             continue

@@ -331,7 +331,7 @@ class Checker:
         from autotune import cache_key
         self.targets = parse_targets(targets) if isinstance(targets, str) \
             else list(targets)
-        fn = cache_key._python_function(kernel)
+        fn = cache_key.python_function(kernel)
         self.module = fn.__module__
         self.file = fn.__code__.co_filename
         self.kernel_name = fn.__name__

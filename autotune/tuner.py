@@ -123,7 +123,6 @@ class CandidateEvaluator:
         self.timeout_s = timeout_s
         self.on_benchmark = on_benchmark
         self.expected = None
-        self.reference_config = None
         if reference is not None:
             self._restore()
             tolerance = reference(**tensors)
@@ -203,7 +202,6 @@ class CandidateEvaluator:
         actual = self._capture()
         if self.expected is None:
             self.expected = actual
-            self.reference_config = config
         else:
             mismatch = self._compare(actual)
             if mismatch:

@@ -65,12 +65,6 @@ class Space:
         return Config(kwargs, values.get("num_warps", 4),
                       values.get("num_stages", 2))
 
-    def values_of(self, config):
-        values = dict(config.kwargs)
-        values["num_warps"] = config.num_warps
-        values["num_stages"] = config.num_stages
-        return values
-
     def configs(self):
         """Every config that satisfies the constraints, in a fixed order."""
         if self._configs is None:
