@@ -136,7 +136,10 @@ class Session:
                 ("autotune_report_to", self.options.autotune_report_to)):
             _check_output_path(flag, path)
         dump = self.options.dump_autotune_results_to
-        if dump and os.path.exists(dump):
+        loaded = {os.path.realpath(p)
+                  for p in self.options.load_autotune_results_from}
+        if dump and os.path.exists(dump) and \
+                os.path.realpath(dump) not in loaded:
             # The dump merges into this file at exit: say now, not after
             # the tests ran, that it cannot be read.
             self._read_existing_dump(dump)
