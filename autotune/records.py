@@ -17,41 +17,76 @@ FAILURE_KINDS = ("NONE", "COMPILE_ERROR", "OUT_OF_RESOURCES", "WRONG_RESULT",
 
 
 class Config:
-    """One point of a search space, as triton.Config describes it.
+    """One point of a search space, as triton.Config describes it: the same
+    fields and defaults (num_stages=3), so a triton.Config converts with
+    nothing lost but its pre_hook, which is kept on the object but is not
+    part of its identity (a function cannot be cached).
 
     Hashable and ordered so that configs can be deduplicated and tie-broken
-    deterministically.
+    deterministically. maxnreg and ir_override are stored in the cached
+    params text under their own names (a kernel argument cannot have either
+    name: Triton takes them as launch options).
     """
 
-    __slots__ = ("kwargs", "num_warps", "num_stages", "num_ctas", "_key",
-                 "_params_text", "_short")
+    __slots__ = ("kwargs", "num_warps", "num_stages", "num_ctas", "maxnreg",
+                 "ir_override", "pre_hook", "_key", "_params_text", "_short")
 
-    def __init__(self, kwargs=None, num_warps=4, num_stages=2, num_ctas=1):
+    def __init__(self, kwargs=None, num_warps=4, num_stages=3, num_ctas=1,
+                 maxnreg=None, pre_hook=None, ir_override=None):
         self.kwargs = dict(sorted((kwargs or {}).items()))
         for name, value in self.kwargs.items():
-            if not isinstance(value, (bool, int, float, str)):
+            if name in LAUNCH_OPTION_PARAMS:
+                raise TypeError(f"config parameter {name}: a launch option, "
+                                f"not a kernel parameter; pass {name}= to "
+                                "Config")
+            if type(value).__name__ == "constexpr":  # tl.constexpr(8) -> 8
+                value = self.kwargs[name] = value.value
+            if not isinstance(value, (bool, int, float, str)) and \
+                    not _is_triton_dtype(value):
                 raise TypeError(
                     f"config parameter {name}={value!r}: only bool, int, "
-                    "float and str values can be cached")
+                    "float, str and triton.language dtype values can be "
+                    "cached")
         self.num_warps = int(num_warps)
         self.num_stages = int(num_stages)
         self.num_ctas = int(num_ctas)
-        self._key = (tuple((k, type(v).__name__, v)
+        self.maxnreg = None if maxnreg is None else int(maxnreg)
+        self.ir_override = None if ir_override is None else str(ir_override)
+        self.pre_hook = pre_hook
+        self._key = (tuple((k, type(v).__name__, _sortable(v))
                            for k, v in self.kwargs.items()),
-                     self.num_warps, self.num_stages, self.num_ctas)
+                     self.num_warps, self.num_stages, self.num_ctas,
+                     self.maxnreg or 0, self.ir_override or "")
         self._params_text = None
         self._short = None
+
+    @classmethod
+    def from_triton(cls, config):
+        """This project's Config for a triton.Config (or any object with its
+        fields; fields a Triton version lacks take Triton's defaults)."""
+        if isinstance(config, Config):
+            return config
+        return cls(dict(config.kwargs), getattr(config, "num_warps", 4),
+                   getattr(config, "num_stages", 3),
+                   getattr(config, "num_ctas", 1) or 1,
+                   getattr(config, "maxnreg", None),
+                   getattr(config, "pre_hook", None),
+                   getattr(config, "ir_override", None))
 
     @property
     def params_text(self):
         """Canonical `NAME=VALUE ...` form stored in caches (see the schema)."""
         if self._params_text is None:
-            self._params_text = " ".join(
-                f"{k}={_format_param(v)}" for k, v in self.kwargs.items())
+            pairs = [f"{k}={_format_param(v)}" for k, v in self.kwargs.items()]
+            if self.maxnreg is not None:
+                pairs.append(f"maxnreg={self.maxnreg}")
+            if self.ir_override is not None:
+                pairs.append(f"ir_override={_format_param(self.ir_override)}")
+            self._params_text = " ".join(pairs)
         return self._params_text
 
     @classmethod
-    def from_params_text(cls, text, num_warps=4, num_stages=2, num_ctas=1):
+    def from_params_text(cls, text, num_warps=4, num_stages=3, num_ctas=1):
         kwargs = {}
         if '"' in text:
             pairs = _PARAM_RE.findall(text)
@@ -63,19 +98,29 @@ class Config:
             if len(pair) != 2 or not pair[0]:
                 raise ValueError(f"malformed config params {text!r}")
             kwargs[pair[0]] = _parse_param(pair[1], text)
-        return cls(kwargs, num_warps, num_stages, num_ctas)
+        maxnreg = kwargs.pop("maxnreg", None)
+        ir_override = kwargs.pop("ir_override", None)
+        try:
+            return cls(kwargs, num_warps, num_stages, num_ctas, maxnreg,
+                       ir_override=ir_override)
+        except TypeError as e:
+            raise ValueError(f"config params {text!r}: {e}")
 
     @property
     def sort_key(self):
         return self._key
 
     def all_kwargs(self):
-        """Meta-parameters plus launch options, as passed to a launch."""
+        """Meta-parameters plus launch options, as passed to a launch (the
+        options Triton's Config.all_kwargs passes, None ones left out)."""
         out = dict(self.kwargs)
         out["num_warps"] = self.num_warps
+        out["num_ctas"] = self.num_ctas
         out["num_stages"] = self.num_stages
-        if self.num_ctas != 1:
-            out["num_ctas"] = self.num_ctas
+        if self.maxnreg is not None:
+            out["maxnreg"] = self.maxnreg
+        if self.ir_override is not None:
+            out["ir_override"] = self.ir_override
         return out
 
     def __eq__(self, other):
@@ -88,9 +133,13 @@ class Config:
         return hash(self._key)
 
     def __repr__(self):
-        params = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        params = ", ".join(f"{k}={_format_param(v) if _is_triton_dtype(v) else repr(v)}"
+                           for k, v in self.kwargs.items())
+        extra = "".join(f", {n}={getattr(self, n)!r}"
+                        for n in ("maxnreg", "ir_override")
+                        if getattr(self, n) is not None)
         return (f"Config({params}, num_warps={self.num_warps}, "
-                f"num_stages={self.num_stages})")
+                f"num_stages={self.num_stages}{extra})")
 
     def short(self):
         if self._short is None:
@@ -98,14 +147,50 @@ class Config:
         return self._short
 
     def _format_short(self):
-        parts = [f"{k}={v}" for k, v in self.kwargs.items()]
+        parts = [f"{k}={_format_param(v) if _is_triton_dtype(v) else v}"
+                 for k, v in self.kwargs.items()]
         parts += [f"num_warps={self.num_warps}", f"num_stages={self.num_stages}"]
         if self.num_ctas != 1:
             parts.append(f"num_ctas={self.num_ctas}")
+        for name in ("maxnreg", "ir_override"):
+            if getattr(self, name) is not None:
+                parts.append(f"{name}={getattr(self, name)}")
         return " ".join(parts)
 
 
+# Launch options that travel in the params text (the schema has no field
+# for them).
+LAUNCH_OPTION_PARAMS = ("maxnreg", "ir_override")
+
 _PARAM_RE = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s"]+)')
+
+
+def _is_triton_dtype(value):
+    return type(value).__name__ == "dtype" and \
+        type(value).__module__.startswith("triton.language")
+
+
+_DTYPE_NAMES = {}
+
+
+def _dtype_attr_name(value):
+    """The triton.language attribute that names the dtype: tl.float16."""
+    if not _DTYPE_NAMES:
+        import triton.language as tl
+        for attr in sorted(dir(tl)):
+            obj = getattr(tl, attr)
+            if type(obj) is tl.dtype and not attr.startswith("_"):
+                _DTYPE_NAMES.setdefault(obj, attr)
+    name = _DTYPE_NAMES.get(value)
+    if name is None:
+        raise TypeError(f"dtype {value!r} has no triton.language name, so it "
+                        "cannot be cached")
+    return name
+
+
+def _sortable(value):
+    return "tl." + _dtype_attr_name(value) if _is_triton_dtype(value) \
+        else value
 
 
 def _format_param(value):
@@ -115,6 +200,8 @@ def _format_param(value):
         return str(value)
     if isinstance(value, float):
         return repr(value)
+    if _is_triton_dtype(value):
+        return "tl." + _dtype_attr_name(value)
     return json.dumps(value)
 
 
@@ -124,6 +211,12 @@ def _parse_param(raw, text):
             return json.loads(raw)
         if raw in ("true", "false"):
             return raw == "true"
+        if raw.startswith("tl."):
+            import triton.language as tl
+            value = getattr(tl, raw[3:], None)
+            if not isinstance(value, tl.dtype):
+                raise ValueError(raw)
+            return value
         try:
             return int(raw)
         except ValueError:

@@ -1,7 +1,7 @@
 """The tuner: runs candidates of one fusion and picks the winner.
 
-For each candidate: restore the arguments the kernel writes to, launch,
-compare the outputs with the reference, time on the backend. Failures are
+For each candidate: restore the bytes a previous run changed, launch,
+compare what the kernel wrote with the reference, time on the backend. Failures are
 classified (compile error, out of resources, wrong result, timeout, runtime
 error) and can never win.
 
@@ -86,21 +86,103 @@ def dot_tolerance(dtype, k, input_precision="ieee", scale=1.0):
     return max(rtol, 16.0 * input_roundoff), max(atol, bound * scale)
 
 
+class ArgumentState:
+    """Byte snapshots of the memory behind a call's tensor arguments.
+
+    Restoring writes the bytes back through a uint8 view of each tensor's
+    storage, under no_grad: the arguments' autograd version counters do not
+    move (a tensor saved for backward stays usable), and leaves that require
+    grad, stride-0 expanded views and inference tensors restore like any
+    other tensor. Arguments that share memory (views of one buffer) share
+    one snapshot of the bytes they span.
+    """
+
+    def __init__(self, tensors):
+        import torch
+        self._torch = torch
+        self.spans = {}    # name -> (storage key, first byte, end byte)
+        regions = {}       # storage key -> [storage, first byte, end byte]
+        for name, tensor in tensors.items():
+            span = _byte_span(tensor)
+            if span is None:
+                continue
+            storage = tensor.untyped_storage()
+            skey = (storage.device.type, storage.device.index,
+                    storage.data_ptr())
+            region = regions.get(skey)
+            if region is None:
+                regions[skey] = [storage, span[0], span[1]]
+            else:
+                region[1] = min(region[1], span[0])
+                region[2] = max(region[2], span[1])
+            self.spans[name] = (skey, span[0], span[1])
+        self.regions = {}  # storage key -> (byte view, first byte, snapshot)
+        with torch.no_grad():
+            for skey, (storage, lo, hi) in regions.items():
+                view = torch.empty(0, dtype=torch.uint8,
+                                   device=storage.device).set_(storage)
+                self.regions[skey] = (view, lo, view[lo:hi].clone())
+
+    def changed(self):
+        """Names of the arguments whose bytes differ from the snapshot."""
+        out = []
+        for name, (skey, lo, hi) in self.spans.items():
+            view, base, snap = self.regions[skey]
+            if not self._torch.equal(view[lo:hi],
+                                     snap[lo - base:hi - base]):
+                out.append(name)
+        return out
+
+    def restore(self):
+        """Writes back the bytes of every region a run changed."""
+        with self._torch.no_grad():
+            for view, lo, snap in self.regions.values():
+                live = view[lo:lo + snap.numel()]
+                if not self._torch.equal(live, snap):
+                    live.copy_(snap)
+
+
+def _byte_span(tensor):
+    """[first, end) byte offsets of a tensor in its storage, or None."""
+    if not hasattr(tensor, "untyped_storage") or tensor.numel() == 0 or \
+            tensor.device.type == "meta":
+        return None
+    extent = sum((size - 1) * stride
+                 for size, stride in zip(tensor.shape, tensor.stride()))
+    item = tensor.element_size()
+    first = tensor.storage_offset() * item
+    return first, first + (extent + 1) * item
+
+
 class CandidateEvaluator:
     """Measures single configs of one fusion.
 
     launch(config): runs the kernel with `config` on the live arguments.
-    tensors: {name: tensor} of every tensor argument; restored from a
-    snapshot before each run so that in-place kernels see the same inputs.
-    outputs: names of the tensors to compare with the reference.
+    launch_checked(config, after_kernel): the same, calling after_kernel()
+    once the kernel has run and before any post-launch hook restores
+    arguments (defaults to launch, then after_kernel).
+    tensors: {name: tensor} of every tensor argument. Before each
+    candidate, the bytes the previous one changed are restored (see
+    ArgumentState), so in-place kernels see the same inputs.
+    outputs: names of the tensors to compare with the reference; None:
+    the tensors the reference or the candidate wrote (detected by their
+    bytes), so inputs and untouched buffers are not compared.
     reference: None (the first candidate that runs is the reference) or
     callable(**tensors) writing the expected values into the outputs.
+    restore: None (every tensor argument is watched and restored between
+    candidates) or the names of the only tensors to snapshot, which are
+    then restored before every timed repetition too.
+    setup: called before every launch, outside the time (resets that
+    Triton's reset_to_zero and restore_value ask for).
+    time_fn: callable(run, setup) -> backends.Timing; defaults to
+    backend.time.
     """
 
     def __init__(self, backend, launch, tensors, outputs=None, reference=None,
                  rtol=None, atol=None, timeout_s=60.0, restore=None,
                  on_benchmark=None, name=None, compile_checker=None,
-                 on_compile_rejected=None):
+                 on_compile_rejected=None, launch_checked=None, setup=None,
+                 time_fn=None):
         if _context_lost is not None:
             raise _context_lost
         self.backend = backend
@@ -112,20 +194,27 @@ class CandidateEvaluator:
         self.rejected = {}
         self._checked = set()
         self.launch = launch
-        self.tensors = tensors
-        self.outputs = list(outputs) if outputs else list(tensors)
-        restore_names = list(restore) if restore is not None else list(tensors)
-        self.snapshots = {n: tensors[n].clone() for n in restore_names}
+        self.launch_checked = launch_checked or self._launch_then
+        self.time_fn = time_fn or backend.time
+        self.tensors = {n: t for n, t in tensors.items() if t is not None}
+        self.outputs = None if outputs is None else \
+            [n for n in outputs if self.tensors.get(n) is not None]
+        watched = self.tensors if restore is None else \
+            {n: self.tensors[n] for n in restore if n in self.tensors}
+        self.state = ArgumentState(watched)
         # Named arguments are updated in place: restored before every timed
         # repetition too, outside the time.
         self.restore_between_runs = restore is not None
+        self.user_setup = setup
         self.rtol, self.atol = rtol, atol
         self.timeout_s = timeout_s
         self.on_benchmark = on_benchmark
         self.expected = None
+        self.reference_config = None
+        self._captured = None
         if reference is not None:
-            self._restore()
-            tolerance = reference(**tensors)
+            self.state.restore()
+            tolerance = reference(**self.tensors)
             self.expected = self._capture()
             if isinstance(tolerance, tuple) and len(tolerance) == 2:
                 # A reference may return the (rtol, atol) its outputs call
@@ -135,16 +224,44 @@ class CandidateEvaluator:
                 self.atol = self.atol if self.atol is not None else \
                     tolerance[1]
 
+    def _launch_then(self, config, after_kernel):
+        self.launch(config)
+        after_kernel()
+
+    def _setup(self):
+        if self.restore_between_runs:
+            self.state.restore()
+        if self.user_setup is not None:
+            self.user_setup()
+
+    def _timing_setup(self):
+        if self.restore_between_runs or self.user_setup is not None:
+            return self._setup
+        return None
+
     def _restore(self):
-        for name, snap in self.snapshots.items():
-            self.tensors[name].copy_(snap)
+        self.state.restore()
 
     def _capture(self):
-        return {n: self.tensors[n].clone() for n in self.outputs}
+        if self.outputs is not None:
+            names = self.outputs
+        else:
+            names = set(self.state.changed())
+            if self.expected is not None:
+                names |= set(self.expected)
+            names = sorted(names)
+        return {n: self.tensors[n].clone() for n in names}
+
+    def _after_kernel(self):
+        self.backend.synchronize()
+        self._captured = self._capture()
 
     def _compare(self, actual):
         import torch
-        for name in self.outputs:
+        for name in sorted(set(actual) | set(self.expected)):
+            if name not in self.expected:
+                return (f"{name}: changed by this config; the reference "
+                        "left it as it was")
             want, got = self.expected[name], actual[name]
             if want.shape != got.shape:
                 return f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"
@@ -185,9 +302,12 @@ class CandidateEvaluator:
         if self.on_benchmark is not None:
             self.on_benchmark()
         self._restore()
+        self._captured = None
+        if self.user_setup is not None:
+            self.user_setup()
         start = time.perf_counter()
         try:
-            self.launch(config)
+            self.launch_checked(config, self._after_kernel)
             self.backend.synchronize()
         except Exception as e:  # a candidate may fail in any way; classify
             if backends.corrupts_context(e):
@@ -199,17 +319,19 @@ class CandidateEvaluator:
             return Candidate(config, 0.0, "TIMEOUT",
                              f"first run took {first_run_s:.1f} s, limit "
                              f"{self.timeout_s:.1f} s"), None
-        actual = self._capture()
+        actual = self._captured if self._captured is not None \
+            else self._capture()
         if self.expected is None:
             self.expected = actual
+            # Named in the autotuner's warning that no reference was given.
+            self.reference_config = config
         else:
             mismatch = self._compare(actual)
             if mismatch:
                 return Candidate(config, 0.0, "WRONG_RESULT", mismatch), None
         try:
-            timing = self.backend.time(
-                lambda: self.launch(config),
-                self._restore if self.restore_between_runs else None)
+            timing = self.time_fn(lambda: self.launch(config),
+                                  self._timing_setup())
         except Exception as e:
             if backends.corrupts_context(e):
                 _stop_for_lost_context(self.name, config, e)
@@ -222,9 +344,8 @@ class CandidateEvaluator:
         check); returns the backend's Timing."""
         self._restore()
         try:
-            return self.backend.time(
-                lambda: self.launch(config),
-                self._restore if self.restore_between_runs else None)
+            return self.time_fn(lambda: self.launch(config),
+                                self._timing_setup())
         except Exception as e:
             if backends.corrupts_context(e):
                 _stop_for_lost_context(self.name, config, e)

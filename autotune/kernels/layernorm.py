@@ -5,7 +5,8 @@ import triton.language as tl
 
 from autotune import Config, autotune
 
-CONFIGS = [Config({"BLOCK": b}, num_warps=w) for b in (32, 64, 128)
+CONFIGS = [Config({"BLOCK": b}, num_warps=w, num_stages=2)
+           for b in (32, 64, 128)
            for w in (2, 4)]
 
 
