@@ -82,6 +82,9 @@ _EXPORTS = {
     "session": "autotune.runtime", "tune": "autotune.autotuner",
     "Space": "autotune.search.space",
     "device": "autotune.backends",
+    "AutotuneArgumentError": "autotune.autotuner",
+    "AutotuneWarning": "autotune.autotuner",
+    "install": "autotune.autotuner", "uninstall": "autotune.autotuner",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -106,3 +109,18 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+def _install_if_flagged():
+    """--autotune_dropin in AUTOTUNE_FLAGS: triton.autotune builds this
+    project's autotuner from `import autotune` on (see install())."""
+    import shlex
+    try:
+        argv = shlex.split(_os.environ.get("AUTOTUNE_FLAGS", ""))
+    except ValueError:
+        return  # the session reports the malformed value
+    if "--autotune_dropin" in argv or "--autotune_dropin=true" in argv:
+        __getattr__("install")()
+
+
+_install_if_flagged()

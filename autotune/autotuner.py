@@ -1,6 +1,7 @@
-"""The decorator that tests use: stands where triton.autotune stands.
+"""The decorator that tests use: stands where triton.autotune stands, with
+its arguments and their meaning, and persists what it tunes.
 
-    @autotune.autotune(configs=[autotune.Config({"BLOCK": 64}, num_warps=4)],
+    @autotune.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=4)],
                        key=["n_cols"])
     @triton.jit
     def kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr): ...
@@ -10,19 +11,76 @@
 A call computes its fusion key from the key arguments, tensor dtypes and
 the untuned constexprs, asks the session (autotune.runtime) for the entry,
 and launches with its config; the session tunes through this object on a
-miss.
+miss. Arguments this project adds (reference=, outputs=, rtol=, atol=,
+space=, search=, ...) are keywords triton.autotune does not have.
 """
+import hashlib
+import inspect
 import itertools
+import threading
+import warnings
 
-from autotune import cache_key, tuner
-from autotune.records import Entry
+from triton.runtime.jit import KernelInterface
+
+from autotune import backends, cache_key, tuner
+from autotune.records import Config, Entry
 from autotune.runtime import AutotuneError, session
 from autotune.search import parallel, reuse
 
 
+class AutotuneArgumentError(AutotuneError, ValueError):
+    """A decorator argument or a call that Triton's autotuner would refuse
+    too (a ValueError there)."""
+
+
+class AutotuneWarning(UserWarning):
+    """Something about a tuned kernel the user should know, once."""
+
+
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg",
+                   "ir_override")
+
+
+def _base_function(kernel):
+    """The Python function under a JITFunction, an InterpretedFunction, or
+    a stack of triton.heuristics (each has .fn)."""
+    fn = kernel
+    while not inspect.isfunction(fn):
+        inner = getattr(fn, "fn", None)
+        if inner is None:
+            raise AutotuneError(f"{kernel!r} is not a @triton.jit kernel")
+        fn = inner
+    return fn
+
+
+def _jit_function(kernel):
+    """The innermost kernel object: the one whose .fn is the function."""
+    obj = kernel
+    while not inspect.isfunction(getattr(obj, "fn", None)):
+        obj = obj.fn
+    return obj
+
+
+def _heuristic_sources(kernel):
+    """Sources of the triton.heuristics functions between this autotuner
+    and the kernel: they set constexprs, so they are part of the code."""
+    parts = []
+    obj = kernel
+    while not inspect.isfunction(getattr(obj, "fn", None)):
+        for name, fn in sorted(getattr(obj, "values", {}).items()):
+            try:
+                text = inspect.getsource(fn)
+            except (OSError, TypeError):
+                code = getattr(fn, "__code__", None)
+                text = repr((code.co_code, code.co_consts)) if code else \
+                    repr(fn)
+            parts.append(f"{name}\0{text}")
+        obj = obj.fn
+    return parts
+
+
 def _constexpr_args(fn):
     """Names of the kernel's tl.constexpr parameters."""
-    import inspect
     out = set()
     for name, param in inspect.signature(fn).parameters.items():
         ann = param.annotation
@@ -32,55 +90,176 @@ def _constexpr_args(fn):
     return out
 
 
+def _no_pre_hook(kwargs, reset_only=False):
+    return 0
+
+
+def _no_post_hook(kwargs, exception):
+    return 0
+
+
+def _zero_bytes(tensor):
+    """Zeroes a tensor's memory without an in-place autograd op (all-zero
+    bytes are 0 for every dtype), so leaves that require grad, expanded
+    views and inference tensors can be reset."""
+    state = tuner.ArgumentState({"t": tensor})
+    for view, lo, snap in state.regions.values():
+        import torch
+        with torch.no_grad():
+            view[lo:lo + snap.numel()].zero_()
+
+
 _DTYPE = itertools.repeat("dtype")
 _NO_DTYPE = itertools.repeat(None)
 
 
-class Autotuner:
-    """Stands where triton.autotune stands: kernel[grid](*args, **kwargs)."""
+class Autotuner(KernelInterface):
+    """Stands where triton.runtime.autotuner.Autotuner stands:
+    kernel[grid](*args, **kwargs), .run(*args, grid=, warmup=, **kwargs),
+    .warmup(), .fn, .configs, .best_config, .prune_configs().
 
-    def __init__(self, kernel, configs=None, key=(), reference=None,
-                 restore_value=None, outputs=None, rtol=None, atol=None,
+    The positional arguments are triton's (fn, arg_names, configs, key,
+    reset_to_zero, restore_value, ...); this project's own options are
+    keyword-only.
+    """
+
+    def __init__(self, fn, arg_names=None, configs=None, key=(),
+                 reset_to_zero=None, restore_value=None, pre_hook=None,
+                 post_hook=None, prune_configs_by=None, warmup=None, rep=None,
+                 use_cuda_graph=False, do_bench=None, cache_results=False, *,
+                 reference=None, outputs=None, rtol=None, atol=None,
                  name=None, space=None, search="exhaustive", budget=None,
                  seed=0, timeout_s=60.0):
-        self.kernel = kernel
-        fn = cache_key.python_function(kernel)
-        self.name = name or fn.__name__
-        self.arg_names = list(getattr(kernel, "arg_names", None)
-                              or fn.__code__.co_varnames[:fn.__code__.co_argcount])
-        self.key = list(key)
-        for k in self.key:
-            if k not in self.arg_names:
-                raise AutotuneError(f"{self.name}: key argument {k!r} is not "
-                                    f"an argument of the kernel")
+        self.fn = self.kernel = fn
+        self.base_fn = _base_function(fn)
+        self.name = name or self.base_fn.__name__
+        code = self.base_fn.__code__
+        self.arg_names = list(arg_names or getattr(fn, "arg_names", None)
+                              or code.co_varnames[:code.co_argcount])
+        self.keys = self.key = list(key or ())
+        self.reset_to_zero = list(reset_to_zero or ())
+        self.restore_value = list(restore_value or ())
+        for param, names in (("key", self.keys),
+                             ("reset_to_zero", self.reset_to_zero),
+                             ("restore_value", self.restore_value)):
+            unknown = [n for n in names if n not in self.arg_names]
+            if unknown:
+                raise AutotuneArgumentError(
+                    f"{self.name}: {param} names {', '.join(unknown)}, not "
+                    f"arguments of the kernel ({', '.join(self.arg_names)})")
         self.space = space
-        self.configs = list(configs) if configs else []
-        if not self.configs and space is None:
-            raise AutotuneError(f"{self.name}: give configs or a space")
+        if not configs and space is None:
+            # Triton's default: one config, launched without tuning.
+            configs = [Config({}, num_warps=4, num_stages=3, num_ctas=1)]
+        self.configs = list(configs or ())
+        self._originals = {}
+        self._convert(self.configs)
         tuned = set()
-        for config in self.configs or []:
+        for config in self.configs:
             tuned |= set(config.kwargs)
         if space is not None:
             tuned |= set(space.param_names)
-        self.tuned_names = tuned
-        self.constexpr_names = sorted(_constexpr_args(fn) - tuned
-                                      - set(self.key))
+        self.tuned_names = frozenset(tuned)
+        self._refused = frozenset(tuned | set(_LAUNCH_OPTIONS))
+        self._single = (Config.from_triton(self.configs[0])
+                        if space is None and len(self.configs) == 1 else None)
+        self.constexpr_names = sorted(_constexpr_args(self.base_fn) - tuned
+                                      - set(self.keys))
+        # Triton's hooks: a user hook replaces the default one, which resets
+        # reset_to_zero and restores restore_value around every launch
+        # made while tuning (done here before each launch, untimed: see
+        # _tuning_setup; the default pre_hook stays callable).
+        self.restore_copies = {}
+        self.user_defined_pre_hook = pre_hook is not None
+        self.user_defined_post_hook = post_hook is not None
+        if pre_hook is not None:
+            self.pre_hook = pre_hook
+        elif self.reset_to_zero or self.restore_value:
+            self.pre_hook = self._default_pre_hook
+        else:
+            self.pre_hook = _no_pre_hook
+        if post_hook is not None:
+            self.post_hook = post_hook
+        elif self.restore_value:
+            self.post_hook = self._default_post_hook
+        else:
+            self.post_hook = _no_post_hook
+        prune = prune_configs_by or {}
+        self.perf_model = prune.get("perf_model")
+        self.configs_top_k = prune.get("top_k", 1.0)
+        self.early_config_prune = prune.get("early_config_prune")
+        self._do_bench = do_bench
+        self.num_warmups, self.num_reps = warmup, rep
+        self.use_cuda_graph = use_cuda_graph
+        if warmup is not None or rep is not None or use_cuda_graph:
+            warnings.warn("warmup, rep and use_cuda_graph are deprecated in "
+                          "triton.autotune; pass do_bench instead",
+                          DeprecationWarning, stacklevel=3)
+        # Results persist through the session's caches whatever this says.
+        self.cache_results = cache_results
         self.reference = reference
-        self.restore_value = restore_value
         self.outputs = outputs
         self.rtol, self.atol = rtol, atol
         self.search = search
         self.budget = budget
         self.seed = seed
         self.timeout_s = timeout_s
+        self.best_config = None
+        self.nargs = None
+        self.configs_timings = {}
+        self.bench_time = None
         self._fingerprint = None
+        self.cache = {}  # fast key -> the config it launches with
         self._memo = {}
         self._session = None
+        self._warned = set()
+        self._local = threading.local()
 
+    def _convert(self, configs):
+        """This project's Configs for the given ones, remembering each
+        original (its pre_hook, and what best_config returns)."""
+        out = []
+        for original in configs:
+            config = Config.from_triton(original)
+            known = self._originals.get(config)
+            if known is None:
+                self._originals[config] = original
+            elif known is not original and \
+                    getattr(known, "pre_hook", None) is not \
+                    getattr(original, "pre_hook", None):
+                raise AutotuneArgumentError(
+                    f"{self.name}: two configs ({config.short()}) differ only "
+                    "in pre_hook; a cache entry could not tell them apart")
+            out.append(config)
+        return out
+
+    # -- Triton's default hooks ------------------------------------------
+    def _default_pre_hook(self, kwargs, reset_only=False):
+        for name in self.reset_to_zero:
+            if kwargs.get(name) is not None:
+                _zero_bytes(kwargs[name])
+        if not reset_only:
+            self.restore_copies = {
+                name: tuner.ArgumentState({name: kwargs[name]})
+                for name in self.restore_value
+                if kwargs.get(name) is not None}
+
+    def _default_post_hook(self, kwargs, exception):
+        for state in self.restore_copies.values():
+            state.restore()
+        self.restore_copies = {}
+
+    # -- keys ------------------------------------------------------------
     @property
     def fingerprint(self):
         if self._fingerprint is None:
-            self._fingerprint = cache_key.kernel_fingerprint(self.kernel)
+            fingerprint = cache_key.kernel_fingerprint(
+                _jit_function(self.kernel))
+            heuristics = _heuristic_sources(self.kernel)
+            if heuristics:
+                fingerprint = hashlib.sha256("\0".join(
+                    [fingerprint] + heuristics).encode()).hexdigest()[:16]
+            self._fingerprint = fingerprint
         return self._fingerprint
 
     def __getitem__(self, grid):
@@ -96,13 +275,13 @@ class Autotuner:
         Built with map() over C-level getters: this runs on every launch.
         The dtypes are listed in the order of `named` (positional arguments,
         then keywords as given), so the keyword names are part of it."""
-        return (tuple(map(named.__getitem__, self.key)),
+        return (tuple(map(named.__getitem__, self.keys)),
                 tuple(map(getattr, named.values(), _DTYPE, _NO_DTYPE)),
                 tuple(kwargs),
                 tuple(map(named.get, self.constexpr_names)))
 
     def _full_key(self, sess, named):
-        key_values = [(k, named[k]) for k in self.key]
+        key_values = [(k, named[k]) for k in self.keys]
         # In the kernel's argument order, however the call passed them.
         order = self.arg_names + sorted(set(named) - set(self.arg_names))
         dtypes = [(k, named[k].dtype) for k in order
@@ -113,49 +292,221 @@ class Autotuner:
         return cache_key.make_key(sess.device_key, self.name,
                                   self.fingerprint, signature)
 
+    def _refuse_tuned(self, kwargs):
+        clash = self._refused.intersection(kwargs)
+        if clash:
+            raise AutotuneArgumentError(
+                f"{self.name}: {', '.join(sorted(clash))} "
+                f"{'is' if len(clash) == 1 else 'are'} set by the autotuned "
+                "configs; the caller cannot pass "
+                f"{'it' if len(clash) == 1 else 'them'} too")
+
+    # -- launching -------------------------------------------------------
     def lookup_config(self, *args, **kwargs):
         """The config a call with these arguments would launch with (tuning
         on a miss)."""
+        if self._single is not None:
+            return self._single
         named = self._bind(args, kwargs)
-        return self._resolve(named, grid=None, args=args, kwargs=kwargs)
+        return self._resolve(named, None, args, kwargs)[0]
 
     def _resolve(self, named, grid, args, kwargs):
+        """(config, original config, launch keywords) for a call."""
         sess = session()
         if sess is not self._session:
             self._memo.clear()
+            self.cache.clear()
             self._session = sess
         fast = self.fusion_key(named, kwargs)
-        config = self._memo.get(fast)
-        if config is not None:
-            return config
+        hit = self._memo.get(fast)
+        if hit is not None:
+            return hit
         key = self._full_key(sess, named)
         entry = sess.resolve(
             key, lambda seeds: self._tune(sess, key, named, grid, args,
                                           kwargs, seeds),
             lambda: self._neighbours(sess, key))
-        self._memo[fast] = entry.best
-        return entry.best
+        config = entry.best
+        original = self._originals.get(config, config)
+        hit = self._memo[fast] = (config, original, config.all_kwargs())
+        self.cache[fast] = original
+        return hit
 
-    def run(self, *args, grid, **kwargs):
-        named = self._bind(args, kwargs)
-        config = self._resolve(named, grid, args, kwargs)
-        return self._launch(config, grid, args, kwargs, named)
+    def run(self, *args, grid=None, warmup=False, **kwargs):
+        if kwargs:
+            self._refuse_tuned(kwargs)
+        if warmup:
+            return self.warmup(*args, grid=grid, **kwargs)
+        if self._single is not None:
+            # One config: launched as it is, nothing to tune or cache.
+            original = self.configs[0]
+            launch = self._single.all_kwargs()
+        else:
+            named = self._bind(args, kwargs)
+            _, original, launch = self._resolve(named, grid, args, kwargs)
+        self.best_config = original
+        hook = getattr(original, "pre_hook", None)
+        if hook is not None:
+            hook({**dict(zip(self.arg_names, args)), **kwargs, **launch})
+        return self.kernel.run(*args, grid=grid, warmup=False, **kwargs,
+                               **launch)
+
+    def warmup(self, *args, grid=None, **kwargs):
+        """Compiles every (pruned) config without launching, as Triton's
+        Autotuner.warmup does."""
+        self.nargs = dict(zip(self.arg_names, args))
+        try:
+            return [self.kernel.warmup(*args, grid=grid, **kwargs,
+                                       **Config.from_triton(c).all_kwargs())
+                    for c in self.prune_configs(kwargs)]
+        finally:
+            self.nargs = None
+
+    def prune_configs(self, kwargs, nargs=None):
+        """Triton's pruning: early_config_prune(configs, named_args,
+        **kwargs), then the top_k configs by perf_model."""
+        nargs = self.nargs if nargs is None else nargs
+        pruned = self.configs
+        if self.early_config_prune:
+            pruned = self.early_config_prune(self.configs, nargs, **kwargs)
+            if not pruned:
+                raise AutotuneError(
+                    f"{self.name}: early_config_prune returned no config; it "
+                    "must return at least one")
+        if self.perf_model:
+            top_k = self.configs_top_k
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = max(1, int(len(pruned) * top_k))
+            elif not isinstance(top_k, int):
+                raise AutotuneArgumentError(
+                    f"{self.name}: prune_configs_by top_k must be a float "
+                    "<= 1.0 or an int")
+            if len(pruned) > top_k:
+                estimate = {
+                    i: self.perf_model(**nargs, **kwargs,
+                                       **Config.from_triton(c).all_kwargs())
+                    for i, c in enumerate(pruned)}
+                order = sorted(estimate, key=estimate.get)[:top_k]
+                pruned = [pruned[i] for i in order]
+        return list(pruned)
+
+    def _launch_candidate(self, config, grid, args, kwargs, named,
+                          after_kernel=None):
+        """One launch while tuning, with Triton's hooks around it: the
+        config's pre_hook, the autotuner's pre_hook, the kernel, the
+        post_hook (after_kernel sees the outputs before it restores)."""
+        original = self._originals.get(config, config)
+        launch = config.all_kwargs()
+        full = {**named, **launch}
+        hook = getattr(original, "pre_hook", None)
+        if hook is not None:
+            hook(full)
+        if self.user_defined_pre_hook:
+            self.pre_hook(full)
+        try:
+            self.kernel.run(*args, grid=grid, warmup=False, **kwargs, **launch)
+            if after_kernel is not None:
+                after_kernel()
+        except Exception as e:
+            if self.user_defined_post_hook:
+                try:
+                    self.post_hook(full, exception=e)
+                finally:
+                    raise
+            raise
+        if self.user_defined_post_hook:
+            self.post_hook(full, exception=None)
 
     def _launch(self, config, grid, args, kwargs, named):
-        if callable(grid):
-            meta = dict(named)
-            meta.update(config.all_kwargs())
-            grid = grid(meta)
-        return self.kernel[grid](*args, **kwargs, **config.all_kwargs())
+        """One tuning launch (worker processes rebuild launches with it)."""
+        self._launch_candidate(config, grid, args, kwargs, named)
+
+    def _tuning_setup(self, named):
+        """What Triton's default hooks do around each tuning launch --
+        zero reset_to_zero, put restore_value back -- done before each
+        launch, outside the timed region. A user pre_hook replaces them,
+        as in Triton."""
+        if self.user_defined_pre_hook or not (self.reset_to_zero
+                                              or self.restore_value):
+            return None
+        restore = tuner.ArgumentState(
+            {n: named[n] for n in self.restore_value
+             if named.get(n) is not None})
+        zero = [named[n] for n in self.reset_to_zero
+                if named.get(n) is not None]
+
+        def setup():
+            restore.restore()
+            for tensor in zero:
+                _zero_bytes(tensor)
+        return setup
+
+    def _time_fn(self, backend):
+        """The timing Triton's arguments ask for, on a GPU; None: the
+        backend's own (the interpreter's wall clock ignores them)."""
+        if backend.name != "gpu":
+            return None
+        bench = self._do_bench
+        if self.use_cuda_graph:
+            from triton.testing import do_bench_cudagraph
+            rep = self.num_reps if self.num_reps is not None else 100
+
+            def bench(fn, quantiles):
+                return do_bench_cudagraph(fn, rep=rep, quantiles=quantiles)
+        elif self.num_warmups is not None or self.num_reps is not None:
+            from triton.testing import do_bench
+            warm = self.num_warmups if self.num_warmups is not None else 25
+            rep = self.num_reps if self.num_reps is not None else 100
+
+            def bench(fn, quantiles):
+                return do_bench(fn, warmup=warm, rep=rep, quantiles=quantiles)
+        if bench is None:
+            return None
+
+        def time_fn(run, setup=None):
+            if setup is not None:
+                # Triton's benchmark times its hooks with the launch too.
+                launch = run
+
+                def run():
+                    setup()
+                    launch()
+            result = bench(run, quantiles=(0.5, 0.2, 0.8))
+            values = result if isinstance(result, (list, tuple)) else [result]
+            return backends.Timing([v * 1000.0 for v in values])
+        return time_fn
 
     def _neighbours(self, sess, key):
         return reuse.neighbours(sess.cache, key)
+
+    def _warn_once(self, what, text):
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(text, AutotuneWarning, stacklevel=5)
 
     def _tune(self, sess, key, named, grid, args, kwargs, seeds):
         if grid is None:
             raise AutotuneError(f"{self.name}: miss for {key.describe()} in "
                                 "lookup_config(); call the kernel to tune it")
-        tensors = {k: v for k, v in named.items() if hasattr(v, "copy_")}
+        self.nargs = dict(zip(self.arg_names, args))
+        try:
+            return self._tune_pruned(sess, key, named, grid, args, kwargs,
+                                     seeds)
+        finally:
+            self.nargs = None
+
+    def _tune_pruned(self, sess, key, named, grid, args, kwargs, seeds):
+        if self.space is None:
+            configs = self._convert(self.prune_configs(kwargs))
+            seeds = [s for s in seeds if s in configs]
+            if len(set(configs)) == 1:
+                # Pruned to one: stored without benchmarking, as Triton
+                # does, so a cached run launches the same config.
+                result = tuner.TuneResult([], None, 0.0, 0.0, "pruned")
+                return Entry(key, configs[0], 0.0, (),
+                             tuner.provenance_for(sess.backend, result))
+        tensors = {k: v for k, v in named.items()
+                   if hasattr(v, "untyped_storage")}
         reference = None
         if self.reference is not None:
             def reference(**_tensors):
@@ -167,12 +518,17 @@ class Autotuner:
                 sess.options.autotune_compile_check, self.kernel, named)
         evaluator = tuner.CandidateEvaluator(
             sess.backend,
-            lambda config: self._launch(config, grid, args, kwargs, named),
+            lambda config: self._launch_candidate(config, grid, args, kwargs,
+                                                  named),
             tensors, outputs=self.outputs, reference=reference,
             rtol=self.rtol, atol=self.atol, timeout_s=self.timeout_s,
-            restore=self.restore_value, on_benchmark=sess.count_benchmark,
+            on_benchmark=sess.count_benchmark,
             name=self.name, compile_checker=checker,
-            on_compile_rejected=sess.count_compile_rejected)
+            on_compile_rejected=sess.count_compile_rejected,
+            launch_checked=lambda config, after: self._launch_candidate(
+                config, grid, args, kwargs, named, after),
+            setup=self._tuning_setup(named),
+            time_fn=self._time_fn(sess.backend))
         # The cached config of this fusion, if any: kept unless beaten.
         incumbent = sess.incumbent_config(key)
         # --autotune_workers: the candidates are measured in worker
@@ -182,8 +538,8 @@ class Autotuner:
             grid, args, kwargs)
         try:
             if self.space is None or self.search == "exhaustive":
-                configs = self.configs if self.space is None else \
-                    self.space.configs()
+                if self.space is not None:
+                    configs = self.space.configs()
                 rest = [c for c in configs if c not in seeds]
                 if seeds:
                     # seeded: a short search, the neighbours' configs first.
@@ -210,16 +566,53 @@ class Autotuner:
         finally:
             if pool is not None:
                 pool.close()
-        return Entry(key, result.best.config, result.best.run_time_us,
+        self._report(evaluator, result)
+        best = result.best.config
+        # Triton resets reset_to_zero once more before the real launch.
+        self.pre_hook({**named, **best.all_kwargs()}, reset_only=True)
+        self.configs_timings = {self._originals.get(c.config, c.config):
+                                c.run_time_us for c in result.candidates}
+        self.bench_time = result.seconds
+        return Entry(key, best, result.best.run_time_us,
                      sorted(result.candidates,
                             key=lambda c: c.config.sort_key),
                      tuner.provenance_for(sess.backend, result))
 
+    def _report(self, evaluator, result):
+        if self.reference is not None or len(result.candidates) < 2:
+            return
+        if evaluator.reference_config is not None:
+            self._warn_once("reference", (
+                f"autotune: {self.name} has no reference=: its first "
+                f"config that ran ({evaluator.reference_config.short()}) "
+                "is the reference the other candidates are checked against"))
+        wrong = [c for c in result.candidates if c.failure == "WRONG_RESULT"]
+        if wrong and self.outputs is None:
+            self._warn_once("wrong", (
+                f"autotune: {self.name}: {len(wrong)} config(s) dropped as "
+                f"wrong results, e.g. {wrong[0].config.short()}: "
+                f"{wrong[0].failure_detail}. If that tensor is scratch "
+                "space whose contents may differ by config, name the real "
+                "outputs with outputs=[...]"))
 
-def autotune(configs=None, key=(), **options):
-    """Decorator form: @autotune(configs=[...], key=[...]) over @triton.jit."""
+
+def autotune(configs=None, key=(), prune_configs_by=None, reset_to_zero=None,
+             restore_value=None, pre_hook=None, post_hook=None, warmup=None,
+             rep=None, use_cuda_graph=False, do_bench=None,
+             cache_results=False, **options):
+    """Decorator form, triton.autotune's arguments in triton's order:
+    @autotune(configs=[...], key=[...]) over @triton.jit (or over
+    @triton.heuristics). options: this project's keywords (reference=,
+    outputs=, rtol=, atol=, name=, space=, search=, budget=, seed=,
+    timeout_s=)."""
     def wrap(kernel):
-        return Autotuner(kernel, configs=configs, key=key, **options)
+        return Autotuner(kernel, None, configs, key, reset_to_zero,
+                         restore_value, pre_hook=pre_hook,
+                         post_hook=post_hook,
+                         prune_configs_by=prune_configs_by, warmup=warmup,
+                         rep=rep, use_cuda_graph=use_cuda_graph,
+                         do_bench=do_bench, cache_results=cache_results,
+                         **options)
     return wrap
 
 
@@ -228,4 +621,98 @@ def tune(kernel, configs, key=(), **options):
     return Autotuner(kernel, configs=configs, key=key, **options)
 
 
-__all__ = ["Autotuner", "autotune", "tune"]
+# -- the zero-edit path ----------------------------------------------------
+
+_INSTALLED = {}
+_INSTALL_LOCK = threading.Lock()
+
+
+def from_triton_autotuner(triton_autotuner):
+    """This project's autotuner for a kernel that triton.autotune already
+    decorated: the same configs, key, hooks and pruning."""
+    t = triton_autotuner
+    return Autotuner(
+        t.fn, t.arg_names, t.configs, getattr(t, "keys", ()),
+        getattr(t, "reset_to_zero", None), getattr(t, "restore_value", None),
+        pre_hook=t.pre_hook if getattr(t, "user_defined_pre_hook", False)
+        else None,
+        post_hook=t.post_hook if getattr(t, "user_defined_post_hook", False)
+        else None,
+        prune_configs_by={
+            "perf_model": getattr(t, "perf_model", None),
+            "top_k": getattr(t, "configs_top_k", 1.0),
+            "early_config_prune": getattr(t, "early_config_prune", None)},
+        # Triton folded warmup/rep/use_cuda_graph into _do_bench already.
+        do_bench=getattr(t, "_do_bench", None),
+        cache_results=getattr(t, "cache_results", False))
+
+
+def _delegate(triton_autotuner):
+    tuned = triton_autotuner.__dict__.get("_rules_autotune")
+    if tuned is None:
+        tuned = triton_autotuner.__dict__.setdefault(
+            "_rules_autotune", from_triton_autotuner(triton_autotuner))
+    return tuned
+
+
+def _triton_run(self, *args, **kwargs):
+    tuned = _delegate(self)
+    try:
+        return tuned.run(*args, **kwargs)
+    finally:
+        self.best_config = tuned.best_config
+
+
+def _triton_warmup(self, *args, **kwargs):
+    return _delegate(self).warmup(*args, **kwargs)
+
+
+def install():
+    """Makes triton.autotune build this project's Autotuner, and routes the
+    launches of kernels that Triton's autotune decorated before (imported
+    earlier, or through a name bound before) to one built from the same
+    arguments. Idempotent; undone by uninstall()."""
+    import triton
+    import triton.runtime
+    from triton.runtime import autotuner as triton_autotuner
+    with _INSTALL_LOCK:
+        if _INSTALLED:
+            return
+        original = triton_autotuner.autotune
+        cls = triton_autotuner.Autotuner
+        _INSTALLED.update(autotune=original, run=cls.__dict__["run"],
+                          warmup=cls.__dict__.get("warmup"))
+        for module in (triton, triton.runtime, triton_autotuner):
+            if getattr(module, "autotune", None) is original:
+                module.autotune = autotune
+        cls.run = _triton_run
+        cls.warmup = _triton_warmup
+
+
+def uninstall():
+    """Undoes install()."""
+    import triton
+    import triton.runtime
+    from triton.runtime import autotuner as triton_autotuner
+    with _INSTALL_LOCK:
+        if not _INSTALLED:
+            return
+        for module in (triton, triton.runtime, triton_autotuner):
+            if getattr(module, "autotune", None) is autotune:
+                module.autotune = _INSTALLED["autotune"]
+        cls = triton_autotuner.Autotuner
+        cls.run = _INSTALLED["run"]
+        if _INSTALLED["warmup"] is None:
+            del cls.warmup
+        else:
+            cls.warmup = _INSTALLED["warmup"]
+        _INSTALLED.clear()
+
+
+def installed():
+    return bool(_INSTALLED)
+
+
+__all__ = ["Autotuner", "AutotuneArgumentError", "AutotuneWarning",
+           "autotune", "from_triton_autotuner", "install", "installed",
+           "tune", "uninstall"]

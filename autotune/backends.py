@@ -110,12 +110,29 @@ def classify_failure(exc):
     if isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower():
         # A CUDA allocation that fails outside torch's allocator.
         return "OUT_OF_RESOURCES"
-    if isinstance(exc, types["INTERPRETER"]) and _raised_in_triton_language(
-            exc.__cause__):
+    if isinstance(exc, types["INTERPRETER"]) and (
+            _raised_in_triton_language(exc.__cause__)
+            or _failed_static_assert(exc.__cause__)):
         # The interpreter runs the language's checks (block shapes, types)
         # as the kernel runs; compiled for a GPU they fail the compile.
         return "COMPILE_ERROR"
     return "RUNTIME_ERROR"
+
+
+def _innermost_frame(exc):
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame
+
+
+def _failed_static_assert(exc):
+    """A tl.static_assert that failed under the interpreter, which raises a
+    plain AssertionError from its stand-in for static_assert; compiled for
+    a GPU it is a compile-time assertion failure."""
+    if not isinstance(exc, AssertionError) or exc.__traceback__ is None:
+        return False
+    return "static_assert" in _innermost_frame(exc).f_code.co_name
 
 
 def _raised_in_triton_language(exc):

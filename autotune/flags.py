@@ -46,6 +46,7 @@ class Options:
     autotune_compile_check: str = None
     autotune_incumbents_from: list = dataclasses.field(default_factory=list)
     autotune_workers: int = 1
+    autotune_dropin: bool = False
 
 
 # Flags that take a comma-separated list: repeating one adds to the list.
@@ -104,6 +105,11 @@ def _define(values):
         "fusion being tuned keeps its incumbent's config unless a challenger "
         "is faster by more than the measured noise. Files that do not exist "
         "are ignored; may be repeated.", flag_values=values)
+    absl_flags.DEFINE_bool(
+        "autotune_dropin", False,
+        "Read at `import autotune`: triton.autotune builds this project's "
+        "autotuner (autotune.install()), so @triton.autotune kernels are "
+        "persisted unchanged.", flag_values=values)
     _define_remote(values)
     _define_compile_check(values)
     absl_flags.DEFINE_integer(
