@@ -8,6 +8,7 @@ holds the caches and the statistics and writes the dump and the report at
 exit.
 """
 import atexit
+import dataclasses
 import json
 import os
 import sys
@@ -426,7 +427,9 @@ def session():
 def configure(backend=None, **options):
     """Python API mirroring AUTOTUNE_FLAGS: keyword names are the flag names
     (per_fusion_autotune_cache_dir=..., load_autotune_results_from=[...]).
-    Replaces the current session (finishing it first)."""
+    Starts from AUTOTUNE_FLAGS; each keyword given replaces that flag's
+    value, the others keep the environment's. Replaces the current session
+    (finishing it first)."""
     global _SESSION
     unknown = set(options) - set(flags.flag_names())
     if unknown:
@@ -439,7 +442,7 @@ def configure(backend=None, **options):
         elif value is not None:
             options[name] = [os.fspath(p) for p in value]
     try:
-        opts = flags.Options(**options)
+        opts = dataclasses.replace(flags.from_environment(), **options)
         flags.check_values(opts)
         opts = flags.resolve_options(opts)
     except flags.AutotuneFlagsError as e:
