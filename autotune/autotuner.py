@@ -17,6 +17,7 @@ space=, search=, ...) are keywords triton.autotune does not have.
 import hashlib
 import inspect
 import itertools
+import sys
 import threading
 import warnings
 
@@ -107,6 +108,16 @@ def _zero_bytes(tensor):
         import torch
         with torch.no_grad():
             view[lo:lo + snap.numel()].zero_()
+
+
+def _caller_level():
+    """warnings stacklevel of the first frame outside this package and
+    Triton: the user's launch, which is what a warning should point at."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_globals.get(
+            "__name__", "").partition(".")[0] in ("autotune", "triton"):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 _DTYPE = itertools.repeat("dtype")
@@ -482,7 +493,7 @@ class Autotuner(KernelInterface):
     def _warn_once(self, what, text):
         if what not in self._warned:
             self._warned.add(what)
-            warnings.warn(text, AutotuneWarning, stacklevel=5)
+            warnings.warn(text, AutotuneWarning, stacklevel=_caller_level())
 
     def _tune(self, sess, key, named, grid, args, kwargs, seeds):
         if grid is None:

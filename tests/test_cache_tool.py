@@ -21,7 +21,8 @@ def tool(*argv):
 def caches(tmp_path):
     a = make_entries(6, seed=1)
     b = [e for e in make_entries(6, seed=1)[1:]]  # drops entry 0
-    b[0] = b[0].replace(best=Config({"BLOCK_M": 128}), run_time_us=5.0)
+    b[0] = b[0].replace(best=Config({"BLOCK_M": 128}, num_stages=2),
+                        run_time_us=5.0)
     b.append(make_entries(7, seed=1)[6])  # adds entry 6
     pa, pb = tmp_path / "a.textproto", tmp_path / "b.pb"
     results_io.dump_results(a, pa)
@@ -73,7 +74,7 @@ def test_merge_conflict_policies(caches, tmp_path, capsys):
                for k in first.keys() & second.keys())
     assert all(merged[k].best == first[k].best for k in first)
     assert tool("merge", pa, pb, "-o", out, "--policy", "prefer-faster") == 0
-    assert any(e.best == Config({"BLOCK_M": 128})
+    assert any(e.best == Config({"BLOCK_M": 128}, num_stages=2)
                for e in results_io.load_results(out))
 
 

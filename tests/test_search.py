@@ -80,13 +80,14 @@ def test_failed_configs_never_win(tmp_path):
     result = ev.EvolutionarySearch(table.space, budget=60, seed=0).run(
         measure_with(table))
     assert any(m.failure == "RUNTIME_ERROR" for m in result.measurements)
-    assert result.best.config != Config({"x": 5, "y": 3})
+    assert result.best.config != Config({"x": 5, "y": 3}, num_stages=2)
     assert result.best.time == 2.0
 
 
 def test_seeds_are_measured_first(tmp_path):
     table = simulate.TimingTable(synthetic_table(tmp_path / "t.json.gz"))
-    seeds = [Config({"x": 5, "y": 3}), Config({"x": 0, "y": 0})]
+    seeds = [Config({"x": 5, "y": 3}, num_stages=2),
+             Config({"x": 0, "y": 0}, num_stages=2)]  # the space's stages
     log = []
     ev.EvolutionarySearch(table.space, budget=10, seed=0, seeds=seeds).run(
         measure_with(table, log))
