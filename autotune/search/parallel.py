@@ -254,7 +254,10 @@ def _rebuilt_objective(spec_bytes, device):
                                                   kwargs, named),
         tensors, outputs=autotuner.outputs, rtol=spec["rtol"],
         atol=spec["atol"], timeout_s=autotuner.timeout_s,
-        restore=autotuner.restore_value, name=autotuner.name)
+        # As in the tuning process: every tensor is watched and restored
+        # between candidates; restore_value and reset_to_zero (Triton's
+        # meaning) are applied before each launch by the setup.
+        name=autotuner.name, setup=autotuner._tuning_setup(named))
     evaluator.expected = {k: _to(v, backend.device)
                           for k, v in spec["expected"].items()}
     return _evaluator_objective(evaluator)
