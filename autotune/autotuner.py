@@ -526,7 +526,8 @@ class Autotuner(KernelInterface):
         if sess.options.autotune_compile_check:
             from autotune import compile_check
             checker = compile_check.Checker(
-                sess.options.autotune_compile_check, self.kernel, named)
+                sess.options.autotune_compile_check,
+                _jit_function(self.kernel), named)
         evaluator = tuner.CandidateEvaluator(
             sess.backend,
             lambda config: self._launch_candidate(config, grid, args, kwargs,
