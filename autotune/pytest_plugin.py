@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 
 import pytest
 
@@ -33,8 +32,8 @@ INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND)
 BACKENDS = ("auto", "gpu", "interpreter")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
-STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest", "candidate_benchmarks",
-               "tuning_seconds", "saved_seconds")
+STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest",
+               "candidate_benchmarks", "tuning_seconds", "saved_seconds")
 WORKER_KEY = "autotune"
 SHARED_DIR_KEY = "autotune_shared_fusion_dir"
 
@@ -316,7 +315,6 @@ class AutotunePlugin:
         self.narrowed = _narrowing(config)  # why this is not a full run
         self.result = None          # what the end of the session did
         self.shared_dir = None      # update with xdist: the workers' cache
-        self.started = time.perf_counter()
         if settings.update and not self.is_worker:
             self.old_entries = self._read_old_cache()
 

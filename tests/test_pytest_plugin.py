@@ -4,17 +4,16 @@ loaded by `-p autotune.pytest_plugin` or, as an installed distribution,
 through its `pytest11` entry point."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
-import tomllib
 
 import pytest
 
 from autotune import codec
-from autotune.records import CacheKey, Candidate, Config, Entry, Provenance
 from autotune import pytest_plugin
+from autotune.records import (CacheKey, Candidate, Config, Entry,
+                              Provenance)
 
 pytest_plugins = ["pytester"]
 
@@ -234,12 +233,18 @@ def test_require_complete_names_stale_and_missing_fusions(project):
             @pytest.mark.autotune(require_complete_autotune_results=False)
             def test_marked_may_tune():
                 call(double_kernel, 80)
+
+            @pytest.mark.autotune(bogus_option=1)
+            def test_marked_with_a_bad_option():
+                pass
         '''),
         ini=PYPROJECT + "autotune_require_complete = true\n")
     before = (project.path / CACHE).read_bytes()
     result = run_pytest(project, *PLUGIN, "--autotune-report=r.json")
     assert result.returncode == 1, result.output
-    assert "3 failed, 3 passed" in result.output
+    assert "3 failed, 3 passed, 1 error" in result.output
+    assert "@pytest.mark.autotune: unknown option(s) bogus_option" \
+        in result.output
     assert "stale: add_one_kernel [n=20;dtypes=x:float32,y:float32]" \
         in result.output
     assert "its source changed since it was tuned" in result.output
@@ -430,6 +435,7 @@ def test_unknown_ini_values(bare, ini, message):
 def installed(tmp_path):
     """A site directory holding this checkout as an installed distribution,
     with the entry points pyproject.toml declares."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     site = tmp_path / "site"
     dist = site / "rules_autotune-0.1.0.dist-info"
     dist.mkdir(parents=True)
