@@ -174,6 +174,8 @@ class Autotuner(KernelInterface):
         self._refused = frozenset(tuned | set(_LAUNCH_OPTIONS))
         self._single = (Config.from_triton(self.configs[0])
                         if space is None and len(self.configs) == 1 else None)
+        self._single_launch = self._single.all_kwargs() \
+            if self._single is not None else None
         self.constexpr_names = sorted(_constexpr_args(self.base_fn) - tuned
                                       - set(self.keys))
         # Triton's hooks: a user hook replaces the default one, which resets
@@ -224,7 +226,6 @@ class Autotuner(KernelInterface):
         self._memo = {}
         self._session = None
         self._warned = set()
-        self._local = threading.local()
 
     def _convert(self, configs):
         """This project's Configs for the given ones, remembering each
@@ -351,7 +352,7 @@ class Autotuner(KernelInterface):
         if self._single is not None:
             # One config: launched as it is, nothing to tune or cache.
             original = self.configs[0]
-            launch = self._single.all_kwargs()
+            launch = self._single_launch
         else:
             named = self._bind(args, kwargs)
             _, original, launch = self._resolve(named, grid, args, kwargs)

@@ -163,8 +163,9 @@ def test_single_config_launches_without_benchmark_or_cache_entry(
 
 
 def test_pruned_to_one_config_is_stored_without_benchmarking(
-        session_factory):
-    sess = session_factory()
+        session_factory, tmp_path):
+    dump = tmp_path / "pruned.textproto"
+    sess = session_factory(dump_autotune_results_to=str(dump))
     tuned = autotune.autotune(
         configs=TWO, key=["n"],
         prune_configs_by={"early_config_prune":
@@ -176,6 +177,9 @@ def test_pruned_to_one_config_is_stored_without_benchmarking(
     assert sess.stats.candidate_benchmarks == 0
     assert entry.best == Config.from_triton(TWO[1])
     assert entry.provenance.tuner == "pruned"
+    sess.finish()
+    (loaded,) = results_io.load_results(dump)
+    assert loaded.best == entry.best and not loaded.candidates
 
 
 def test_protocol_attributes_and_warmup(session_factory):
