@@ -404,3 +404,17 @@ def test_written_files_honour_the_umask(tmp_path, umask):
         os.umask(old)
     modes = {p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
     assert modes == {0o666 & ~umask}
+
+
+def test_one_byte_flipped_in_a_binary_file_fails_verify(tmp_path, capsys):
+    path = tmp_path / "c.pb"
+    codec.dump_results(make_entries(3), path)
+    data = path.read_bytes()
+    at = data.index(b"num_warps") if b"num_warps" in data else \
+        data.index(b"BLOCK_M=") + len("BLOCK_M=")
+    flipped = bytearray(data)
+    flipped[at] = ord("6") if data[at:at + 1] != b"6" else ord("3")
+    path.write_bytes(bytes(flipped))
+    assert len(codec.load_results(path)) == 3  # still parses
+    assert tool("verify", path) == 2
+    assert "checksum mismatch" in capsys.readouterr().out

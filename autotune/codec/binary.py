@@ -12,6 +12,7 @@ for the command), against building messages and calling protobuf:
 import itertools
 import operator
 import struct
+import zlib
 
 from google.protobuf import message as pb_message
 
@@ -194,13 +195,28 @@ def decode_binary(data, source, parse_all=False):
         raise CacheFileError(
             source, f"truncated: the file declares {results.entry_count} "
             f"entries but holds {len(results.entries)}")
-    if not results.entries and not data.endswith(_EMPTY_COUNT):
+    if not results.entries and results.entry_count == 0 and \
+            _EMPTY_COUNT not in data[-len(_EMPTY_COUNT) - 5:]:
         raise CacheFileError(source, "truncated: no entry_count field (an "
                              "empty cache ends with entry_count 0)")
+    if parse_all:
+        _check_crc(data, results.crc32, source)
     return entries_from_messages(results, source)
 
 
 _EMPTY_COUNT = RESULTS.entry_count + b"\0"
+_CRC = struct.Struct("<I")
+
+
+def _check_crc(data, crc, source):
+    """The file's crc32 field, when it has one (files written before it
+    existed do not), must match the bytes before it."""
+    end = len(data) - len(RESULTS.crc32) - _CRC.size
+    if data[end:end + len(RESULTS.crc32)] != RESULTS.crc32:
+        return
+    if zlib.crc32(memoryview(data)[:end]) != crc:
+        raise CacheFileError(source, "checksum mismatch: the file was "
+                             "changed or damaged after it was written")
 
 # --------------------------------------------------------------------------
 # The encoder.
@@ -335,6 +351,14 @@ _SERIALIZE = operator.methodcaller("SerializeToString", deterministic=True)
 def encode_binary_chunks(entries, chunk_size=4096):
     """Sorted `entries` as an AutotuneResults message, in chunks."""
     enc = _Encoder()
+    crc = 0
+    for chunk in _unchecked_chunks(enc, entries, chunk_size):
+        crc = zlib.crc32(chunk, crc)
+        yield chunk
+    yield RESULTS.crc32 + _CRC.pack(crc)
+
+
+def _unchecked_chunks(enc, entries, chunk_size):
     yield _int_field(RESULTS.version, schema.FORMAT_VERSION)
     for start in range(0, len(entries), chunk_size):
         chunk = entries[start:start + chunk_size]

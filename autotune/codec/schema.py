@@ -16,10 +16,12 @@ if tuple(pb.FailureKind.keys()) != FAILURE_KINDS:
     raise ImportError("autotune.records.FAILURE_KINDS does not list the "
                       "schema's FailureKind values in order")
 
-_WIRE_TYPES = {descriptor.FieldDescriptor.TYPE_DOUBLE: 1,
-               descriptor.FieldDescriptor.TYPE_STRING: 2,
-               descriptor.FieldDescriptor.TYPE_BYTES: 2,
-               descriptor.FieldDescriptor.TYPE_MESSAGE: 2}
+_FIELD = descriptor.FieldDescriptor
+_WIRE_TYPES = {_FIELD.TYPE_DOUBLE: 1, _FIELD.TYPE_FIXED64: 1,
+               _FIELD.TYPE_SFIXED64: 1, _FIELD.TYPE_STRING: 2,
+               _FIELD.TYPE_BYTES: 2, _FIELD.TYPE_MESSAGE: 2,
+               _FIELD.TYPE_FLOAT: 5, _FIELD.TYPE_FIXED32: 5,
+               _FIELD.TYPE_SFIXED32: 5}  # any other type: varint (0)
 
 
 def varint(value):
