@@ -8,9 +8,9 @@ from autotune import Config
 
 
 @autotune.autotune(
-    configs=[Config({"BLOCK": 32}, num_warps=1),
-             Config({"BLOCK": 64}, num_warps=2),
-             Config({"BLOCK": 128}, num_warps=4)],
+    configs=[Config({"BLOCK": 32}, num_warps=1, num_stages=2),
+             Config({"BLOCK": 64}, num_warps=2, num_stages=2),
+             Config({"BLOCK": 128}, num_warps=4, num_stages=2)],
     key=["n"])
 @triton.jit
 def scale_shift_kernel(x, y, n, alpha, beta, BLOCK: tl.constexpr):
@@ -21,8 +21,8 @@ def scale_shift_kernel(x, y, n, alpha, beta, BLOCK: tl.constexpr):
 
 
 @autotune.autotune(
-    configs=[Config({"BLOCK": 32}, num_warps=1),
-             Config({"BLOCK": 64}, num_warps=2)],
+    configs=[Config({"BLOCK": 32}, num_warps=1, num_stages=2),
+             Config({"BLOCK": 64}, num_warps=2, num_stages=2)],
     key=["n_cols"])
 @triton.jit
 def row_max_kernel(x, out, n_cols, stride, BLOCK: tl.constexpr):
