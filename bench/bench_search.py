@@ -1,17 +1,24 @@
 """Search strategies on recorded GPU timing tables (simulation).
 
-    python bench/bench_search.py [--seeds 20] [--data DIR]
+    python bench/bench_search.py [--seeds 20] [--data DIR] [--synthetic]
 
 Side by side, on the same tables, budgets and seeds:
 - this project's model-guided evolutionary search;
-- Kernel Tuner's random_sample and genetic_algorithm in simulation_mode
-  (PyPI kernel_tuner), with the four T1 constraints as restrictions.
+- Kernel Tuner's random_sample, genetic_algorithm and greedy_ils in
+  simulation_mode (PyPI kernel_tuner), with the four T1 constraints as
+  restrictions.
 
-Prints the median (and worst) best-found time over the seeds, as a multiple
-of each GPU's true optimum, at 200 evaluations; then the cross-GPU table:
-this search seeded from another GPU's table (its best config of each basin
-of the two-valued parameters) against the same search unseeded, at 100
-evaluations.
+Every tool is held to the same accounting: the first `budget` distinct
+configs it asked for, failed ones included (Kernel Tuner's repeated visits
+of a cached config are not counted twice).
+
+Prints the median, mean and worst best-found time over the seeds, as a
+multiple of each table's true optimum, and the share of runs whose returned
+config is a local optimum (no config one parameter away in the space is
+faster); then the cross-GPU table: this search seeded from another GPU's
+table (its best config of each basin of the two-valued parameters) against
+the same search unseeded. --synthetic adds the synthetic landscapes of
+autotune.search.synthetic to the first table.
 """
 import argparse
 import contextlib
@@ -30,10 +37,32 @@ import warnings
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from autotune.search import evolutionary, reuse, simulate  # noqa: E402
+from autotune.search import evolutionary, reuse, simulate, synthetic  # noqa: E402,E501
 
-DEFAULT_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data",
-                            "benchmark_hub")
+
+
+def _find_data(start):
+    """shared/data/benchmark_hub in the nearest directory above `start`."""
+    here = start
+    while True:
+        candidate = os.path.join(here, "shared", "data", "benchmark_hub")
+        if os.path.isdir(candidate) or os.path.dirname(here) == here:
+            return candidate
+        here = os.path.dirname(here)
+
+
+DEFAULT_DATA = _find_data(os.path.dirname(ROOT))
+
+
+KT_STRATEGIES = ("random_sample", "genetic_algorithm", "greedy_ils")
+
+
+class Run:
+    """One tool's outcome on one table for one seed."""
+
+    def __init__(self, table, best_config, best_time):
+        self.ratio = best_time / table.optimum()
+        self.local_optimum = table.faster_neighbour(best_config) is None
 
 
 def ours(table, seed, budget, seeds=()):
@@ -45,9 +74,10 @@ def ours(table, seed, budget, seeds=()):
     search = evolutionary.EvolutionarySearch(table.space, budget=budget,
                                              seed=seed, seeds=seeds)
     result = search.run(measure)
-    assert len(result.measurements) == budget
-    assert len({m.config for m in result.measurements}) == budget
-    return result.best.time / table.optimum()
+    assert len(result.measurements) == min(budget, len(table.space))
+    assert len({m.config for m in result.measurements}) == \
+        len(result.measurements)
+    return Run(table, result.best.config, result.best.time)
 
 
 def kernel_tuner_run(kt_cache, table, restrictions, strategy, seed, budget):
@@ -60,18 +90,34 @@ def kernel_tuner_run(kt_cache, table, restrictions, strategy, seed, budget):
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         results, _ = kernel_tuner.tune_kernel(
-            data["kernel_name"], "__global__ void convolution_kernel() {}",
+            data["kernel_name"], "__global__ void kernel() {}",
             data["problem_size"], [], data["tune_params"],
-            restrictions=restrictions, strategy=strategy,
+            restrictions=restrictions or None, strategy=strategy,
             strategy_options={"max_fevals": budget}, cache=kt_cache,
             simulation_mode=True, verbose=False, quiet=True)
-    times = [r["time"] for r in results if isinstance(r["time"], float)]
-    return min(times) / table.optimum()
+    # Same accounting as ours: the first `budget` distinct configs.
+    seen, best = set(), None
+    for r in results:
+        key = tuple(r[k] for k in table.keys)
+        if key in seen:
+            continue
+        if len(seen) >= budget:
+            break
+        seen.add(key)
+        if isinstance(r["time"], float) and (best is None
+                                             or r["time"] < best[0]):
+            best = (r["time"], key)
+    return Run(table, table.config_of(best[1]), best[0])
 
 
-def summarize(values):
+def summarize(runs):
+    values = [r.ratio for r in runs]
     return (f"{statistics.median(values):6.4f} {statistics.mean(values):5.3f} "
             f"({max(values):5.3f})")
+
+
+def local_rate(runs):
+    return f"{100.0 * sum(r.local_optimum for r in runs) / len(runs):3.0f}%"
 
 
 def main():
@@ -80,31 +126,61 @@ def main():
     parser.add_argument("--data", default=DEFAULT_DATA)
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--cross_budget", type=int, default=100)
+    parser.add_argument("--tools", default="ours," + ",".join(KT_STRATEGIES),
+                        help="comma-separated: ours and Kernel Tuner "
+                        "strategy names")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="add the synthetic landscapes")
+    parser.add_argument("--no_recorded", action="store_true",
+                        help="skip the recorded tables (and cross-GPU)")
+    parser.add_argument("--no_cross", action="store_true")
     args = parser.parse_args()
-    tables = simulate.load_benchmark_hub(args.data)
-    restrictions = simulate.load_t1_constraints(
-        os.path.join(args.data, "convolution_T1.json"))
+    tools = args.tools.split(",")
+    tables, restrictions = {}, {}
+    if not args.no_recorded:
+        tables = simulate.load_benchmark_hub(args.data)
+        t1 = simulate.load_t1_constraints(
+            os.path.join(args.data, "convolution_T1.json"))
+        restrictions = {gpu: t1 for gpu in tables}
     seeds = range(args.seeds)
     start = time.time()
     print(f"best found / optimum after {args.budget} evaluations: median, "
-          f"mean (worst) over {args.seeds} seeds")
-    print(f"{'GPU':<8} {'space':>6} {'this search':>22} "
-          f"{'KT random_sample':>22} {'KT genetic_algorithm':>22}")
+          f"mean (worst) over {args.seeds} seeds; local-optimum rate")
+    print(f"{'table':<22} {'space':>6} " + " ".join(
+        f"{('this search' if t == 'ours' else 'KT ' + t):>27}"
+        for t in tools))
+    all_runs = {t: [] for t in tools}
     with tempfile.TemporaryDirectory() as tmp:
+        if args.synthetic:
+            for name, make in synthetic.LANDSCAPES.items():
+                path = synthetic.write(os.path.join(tmp, name + ".json.gz"),
+                                       make(0))
+                tables[name] = simulate.TimingTable(path)
+                restrictions[name] = []
         for gpu, table in tables.items():
             kt_cache = os.path.join(tmp, f"{gpu}.json")
             with gzip.open(table.path, "rb") as src, \
                     open(kt_cache, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-            mine = [ours(table, s, args.budget) for s in seeds]
-            rnd = [kernel_tuner_run(kt_cache, table, restrictions,
-                                    "random_sample", s, args.budget)
-                   for s in seeds]
-            ga = [kernel_tuner_run(kt_cache, table, restrictions,
-                                   "genetic_algorithm", s, args.budget)
-                  for s in seeds]
-            print(f"{gpu:<8} {len(table.space):>6} {summarize(mine):>22} "
-                  f"{summarize(rnd):>22} {summarize(ga):>22}")
+            cells = []
+            for tool in tools:
+                if tool == "ours":
+                    runs = [ours(table, s, args.budget) for s in seeds]
+                else:
+                    runs = [kernel_tuner_run(kt_cache, table,
+                                             restrictions[gpu], tool, s,
+                                             args.budget) for s in seeds]
+                all_runs[tool] += runs
+                cells.append(f"{summarize(runs)} {local_rate(runs)}")
+            print(f"{gpu:<22} {len(table.space):>6} " + " ".join(
+                f"{c:>27}" for c in cells))
+    print(f"{'local optimum, all':<29} " + " ".join(
+        f"{local_rate(all_runs[t]):>27}" for t in tools))
+    if args.no_recorded or args.no_cross:
+        print(f"\n({time.time() - start:.0f} s)")
+        return
+    tables = {g: t for g, t in tables.items() if g in restrictions
+              and restrictions[g]}
     print()
     print(f"cross-GPU, {args.cross_budget} evaluations: median, mean "
           "(worst) best found / target optimum")

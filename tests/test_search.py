@@ -14,7 +14,8 @@ from autotune.search.parallel import ParallelEvaluator
 from autotune.search.space import Space, SpaceError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HUB = os.path.join(os.path.dirname(ROOT), "shared", "data", "benchmark_hub")
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from bench_search import DEFAULT_DATA as HUB  # noqa: E402
 
 
 def synthetic_table(path, failing=((4, 2),)):
@@ -92,6 +93,93 @@ def test_seeds_are_measured_first(tmp_path):
     ev.EvolutionarySearch(table.space, budget=10, seed=0, seeds=seeds).run(
         measure_with(table, log))
     assert log[:2] == seeds
+
+
+def synthetic_landscape(tmp_path, name, seed=0):
+    from autotune.search import synthetic
+    path = tmp_path / f"{name}-{seed}.json.gz"
+    return simulate.TimingTable(synthetic.write(
+        path, synthetic.LANDSCAPES[name](seed)))
+
+
+def search_on(table, budget, seed, **options):
+    return ev.EvolutionarySearch(table.space, budget=budget, seed=seed,
+                                 **options).run(measure_with(table))
+
+
+def test_categorical_basins_each_keep_a_leader(tmp_path):
+    """Parameters of 3-4 string values, no order: the leaders (kept as
+    parents and refined) include the best of each of two basins."""
+    table = synthetic_landscape(tmp_path, "two_basin_categorical")
+    search = ev.EvolutionarySearch(table.space, budget=50, seed=0)
+    assert {search.enc.kinds[d] for d in search.enc.varying} == {
+        ev.CATEGORICAL}
+    ranked = [search.enc.encode(c) for c in table.ranked()]
+    optimum = ranked[0]
+    # The broad basin: every config far from the narrow optimum, best first.
+    broad = [g for g in ranked if search.enc.distance(g, optimum) >= 5]
+    leaders = search._leaders([broad[0], broad[1], optimum])
+    assert leaders[:2] == [broad[0], optimum]
+
+
+def test_categorical_two_basins_diversity_finds_the_better_one(tmp_path):
+    """Without leaders far from the best (max_leaders=0) the search settles
+    in whichever basin it climbs first; with them, both are refined."""
+    table = synthetic_landscape(tmp_path, "two_basin_categorical")
+
+    def found(**options):
+        return sum(search_on(table, 150, seed, **options).best.time == 1.0
+                   for seed in range(8))
+    with_leaders = found()
+    assert with_leaders >= 4
+    assert with_leaders > found(max_leaders=0)
+
+
+@pytest.mark.parametrize("name,budget", [("rugged_ordinal", 100),
+                                         ("rugged_ordinal", 200),
+                                         ("isolated_optimum", 70),
+                                         ("two_basin_categorical", 90)])
+def test_returned_config_is_a_local_optimum(tmp_path, name, budget):
+    """Budget is held back to sweep every parameter of the best config, and
+    of any better one found doing so."""
+    table = synthetic_landscape(tmp_path, name)
+    for seed in range(3):
+        best = search_on(table, budget, seed).best.config
+        assert table.faster_neighbour(best) is None, (seed, best)
+
+
+def test_isolated_optimum_one_parameter_away_is_found(tmp_path):
+    """The optimum sits at the far end of one parameter from the bottom of
+    a smooth bowl, with slow configs around it: only a whole-parameter
+    sweep of the bowl's best finds it."""
+    table = synthetic_landscape(tmp_path, "isolated_optimum")
+    for seed in range(3):
+        assert search_on(table, 120, seed).best.time == 1.0
+
+
+def test_seeds_from_a_poor_basin_do_not_trap(tmp_path):
+    """Seeds from the broad basin (another GPU's favourites): the search
+    still finds the narrow basin's optimum as often as unseeded."""
+    table = synthetic_landscape(tmp_path, "two_basin_categorical")
+    optimum = table.ranked()[0]
+    far = [c for c in table.ranked()
+           if sum(c.kwargs[k] != optimum.kwargs[k] for k in c.kwargs) == 6]
+    seeds = far[:6]
+    seeded = [search_on(table, 150, s, seeds=seeds).best.time
+              for s in range(4)]
+    unseeded = [search_on(table, 150, s).best.time for s in range(4)]
+    assert sum(t == 1.0 for t in seeded) >= sum(t == 1.0 for t in unseeded)
+    assert sum(seeded) <= sum(unseeded) + 1e-9
+
+
+def test_only_part_of_the_population_is_seeded(tmp_path):
+    table = simulate.TimingTable(synthetic_table(tmp_path / "t.json.gz"))
+    seeds = [Config({"x": x, "y": y}) for x in range(10) for y in range(2)]
+    log = []
+    ev.EvolutionarySearch(table.space, budget=40, seed=0, seeds=seeds,
+                          population=16).run(measure_with(table, log))
+    assert log[:8] == seeds[:8]
+    assert sum(c in seeds for c in log[8:24]) < 16
 
 
 def test_budgets(tmp_path, monkeypatch):

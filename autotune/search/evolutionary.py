@@ -56,14 +56,47 @@ class SearchResult:
             if ok else None
 
 
+FIXED, BINARY, ORDINAL, CATEGORICAL = "fixed", "binary", "ordinal", "categorical"
+
+
+def _parameter_kind(values):
+    if len(values) < 2:
+        return FIXED
+    if len(values) == 2:
+        return BINARY
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool)
+           for v in values):
+        return ORDINAL
+    return CATEGORICAL
+
+
 class _Encoding:
-    """Configs as index vectors, and the surrogate's feature matrix."""
+    """Configs as index vectors, and the surrogate's feature matrix.
+
+    Numeric parameters are ordinal (their values sorted, so a step of one
+    index is a step to the next larger value); any other parameter with
+    more than two values is categorical (no order: every other value is
+    equally near)."""
 
     def __init__(self, space):
         self.names = [n for n, _ in space.dimensions]
-        self.values = [list(v) for _, v in space.dimensions]
+        self.kinds = [_parameter_kind(list(v)) for _, v in space.dimensions]
+        self.values = [sorted(v) if kind == ORDINAL else list(v)
+                       for kind, (_, v) in zip(self.kinds, space.dimensions)]
         self.index = [{v: i for i, v in enumerate(vals)}
                       for vals in self.values]
+        self.varying = [d for d, kind in enumerate(self.kinds)
+                        if kind != FIXED]
+        # Ordinal values on [0, 1] by their logarithm when all are positive
+        # (sizes: 16 to 32 is as big a step as 128 to 256), else by index.
+        self.scaled = {}
+        for d in self.varying:
+            vals = self.values[d]
+            if self.kinds[d] == ORDINAL and min(vals) > 0:
+                logs = np.log(np.asarray(vals, dtype=float))
+                self.scaled[d] = (logs - logs[0]) / (logs[-1] - logs[0])
+            else:
+                self.scaled[d] = np.arange(len(vals)) / (len(vals) - 1)
 
     def encode(self, config):
         values = space_values(config)
@@ -74,13 +107,13 @@ class _Encoding:
         g = np.asarray(genomes, dtype=np.int64)
         cols = [np.ones((len(g), 1))]
         numeric = []
-        for d, vals in enumerate(self.values):
-            if len(vals) < 2:
-                continue
+        for d in self.varying:
+            vals = self.values[d]
             onehot = np.zeros((len(g), len(vals)))
             onehot[np.arange(len(g)), g[:, d]] = 1.0
             cols.append(onehot)
-            numeric.append(g[:, d] / (len(vals) - 1))
+            if self.kinds[d] != CATEGORICAL:
+                numeric.append(self.scaled[d][g[:, d]])
         if numeric:
             num = np.stack(numeric, axis=1)
             cols.append(num)
@@ -89,6 +122,19 @@ class _Encoding:
             if pairs:
                 cols.append(np.concatenate(pairs, axis=1))
         return np.concatenate(cols, axis=1)
+
+    def distance(self, a, b):
+        """How far apart two configs are, whatever the parameter types: a
+        differing categorical or two-valued parameter counts one, an
+        ordinal one counts by how many steps apart (one step: half)."""
+        total = 0.0
+        for d in self.varying:
+            if a[d] != b[d]:
+                if self.kinds[d] == ORDINAL:
+                    total += min(1.0, abs(a[d] - b[d]) / 2.0)
+                else:
+                    total += 1.0
+        return total
 
 
 def space_values(config):
@@ -100,9 +146,10 @@ def space_values(config):
 
 class EvolutionarySearch:
     def __init__(self, space, budget=100, time_budget_s=None, seed=0,
-                 seeds=(), population=16, batch=8, explore=0.25,
+                 seeds=(), population=16, batch=6, explore=0.25,
                  global_pool=300, niche_reach=3.0, local_per_niche=4,
-                 polish=0.2):
+                 max_leaders=3, refine_margin=0.75, seed_share=0.5,
+                 far_leaders_as_parents=False):
         if budget is None or budget <= 0:
             raise SearchError(f"evaluation budget must be positive, got "
                               f"{budget!r}")
@@ -119,10 +166,15 @@ class EvolutionarySearch:
         self.global_pool = global_pool
         self.niche_reach = niche_reach
         self.local_per_niche = local_per_niche
-        self.polish = polish
+        self.max_leaders = max_leaders
+        self.refine_margin = refine_margin
+        self.seed_share = seed_share
+        self.far_leaders_as_parents = far_leaders_as_parents
         self.enc = _Encoding(space)
-        self.niche_dims = [d for d, vals in enumerate(self.enc.values)
-                           if 1 < len(vals) <= 2]
+        self.binary_dims = [d for d, kind in enumerate(self.enc.kinds)
+                            if kind == BINARY]
+        # Leaders of different basins are at least this far apart.
+        self.niche_radius = max(2.0, len(self.enc.varying) / 3.0)
         try:
             valid = space.configs()
         except SpaceError as e:
@@ -137,17 +189,24 @@ class EvolutionarySearch:
                 continue  # a seed from another space: not applicable here
             if genome in self.valid and genome not in self.seeds:
                 self.seeds.append(genome)
+        # Seeds are at most half a population: the rest is unseeded.
+        self.seeds = self.seeds[:max(1, population // 2)]
 
     # -- genetic operators ------------------------------------------------
     def _mutate(self, genome, rate):
         out = list(genome)
-        for d, vals in enumerate(self.enc.values):
-            if len(vals) > 1 and self.rng.random() < rate:
-                if self.rng.random() < 0.7:
-                    step = self.rng.choice((-2, -1, 1, 2))
-                    out[d] = min(len(vals) - 1, max(0, out[d] + step))
-                else:
-                    out[d] = self.rng.randrange(len(vals))
+        for d in self.enc.varying:
+            if self.rng.random() >= rate:
+                continue
+            n = len(self.enc.values[d])
+            kind = self.enc.kinds[d]
+            if kind == ORDINAL and self.rng.random() < 0.7:
+                step = self.rng.choice((-2, -1, 1, 2))
+                out[d] = min(n - 1, max(0, out[d] + step))
+            else:
+                # Two-valued: flip; categorical: any other value.
+                other = self.rng.randrange(n - 1)
+                out[d] = other if other < out[d] else other + 1
         return tuple(out)
 
     def _crossover(self, a, b):
@@ -157,22 +216,47 @@ class EvolutionarySearch:
         picks = [self.rng.randrange(len(ranked)) for _ in range(k)]
         return ranked[min(picks)]
 
-    def _niche(self, genome):
-        return tuple(genome[d] for d in self.niche_dims)
-
     def _neighbours(self, genome, full=False):
-        """Configs one parameter away: the adjacent values, or with full
-        every other value of each parameter (a coordinate sweep)."""
+        """Valid configs one parameter away: the adjacent values of an
+        ordinal parameter (every other value with full: a coordinate
+        sweep), every other value of the rest."""
         out = []
-        for d, vals in enumerate(self.enc.values):
-            steps = range(len(vals)) if full else (genome[d] - 1,
-                                                    genome[d] + 1)
+        for d in self.enc.varying:
+            n = len(self.enc.values[d])
+            if full or self.enc.kinds[d] != ORDINAL:
+                steps = range(n)
+            else:
+                steps = (genome[d] - 1, genome[d] + 1)
             for j in steps:
-                if 0 <= j < len(vals) and j != genome[d]:
-                    n = list(genome)
-                    n[d] = j
-                    out.append(tuple(n))
+                if 0 <= j < n and j != genome[d]:
+                    g = list(genome)
+                    g[d] = j
+                    g = tuple(g)
+                    if g in self.valid:
+                        out.append(g)
         return out
+
+    def _leaders(self, ranked, binary_only=False):
+        """The best config of each basin, fastest first: the best of every
+        combination of the two-valued parameters, and (for any parameter
+        type) each config that is far from every faster leader."""
+        leaders = []
+        seen_binary = set()
+        far = []
+        for g in ranked:
+            key = tuple(g[d] for d in self.binary_dims)
+            take = False
+            if key not in seen_binary:
+                seen_binary.add(key)
+                take = True
+            if not binary_only and len(far) < self.max_leaders and all(
+                    self.enc.distance(g, f) >= self.niche_radius
+                    for f in far):
+                far.append(g)
+                take = True
+            if take:
+                leaders.append(g)
+        return leaders
 
     # -- surrogate --------------------------------------------------------
     def _fit(self, measured):
@@ -237,78 +321,122 @@ class EvolutionarySearch:
                     order.append(m)
             return len(order) < budget and not out_of_time()
 
-        initial = list(self.seeds)
-        pool = [g for g in self.valid_list if g not in set(initial)]
+        def by_time(genomes):
+            return sorted((g for g in genomes if measured[g].ok),
+                          key=lambda g: (measured[g].time, g))
+
+        seeds = list(self.seeds)
+        pool = [g for g in self.valid_list if g not in set(seeds)]
         self.rng.shuffle(pool)
-        # Seeds come on top of a random population, not instead of it: a
-        # neighbour's optimum may sit in a basin that is poor here.
-        initial += pool[:self.population]
-        going = evaluate(initial)
+        going = evaluate(seeds + pool[:self.population])
+        # Seeds take no part in selection or in the model until part of the
+        # budget is spent: until then the search runs as it would unseeded,
+        # so a seed from a basin that is poor here cannot pull it away from
+        # a better one. A good seed still wins the final refinement.
+        hidden = set(seeds)
+        seed_join = len(order) + self.seed_share * (budget - len(order))
+        refining = False
         stall = 0
+        chunk = max(1, self.batch // 2)
         while going:
-            ranked = sorted((g for g in measured if measured[g].ok),
-                            key=lambda g: (measured[g].time, g))
+            if hidden and len(order) >= seed_join:
+                hidden = set()
+            visible = {g: m for g, m in measured.items() if g not in hidden}
+            ranked = by_time(visible)
+            everything = by_time(measured)
+            if not everything:
+                going = evaluate([g for g in pool if g not in measured]
+                                 [:self.batch])
+                continue
+            weights = self._fit(visible)
+            best = everything[0]
+            sweep = [g for g in self._neighbours(best, full=True)
+                     if g not in measured]
+            remaining = budget - len(order)
+            # Budget held back so that the best found, and any better one
+            # found while refining it, gets a complete one-parameter sweep:
+            # what is returned is a local optimum.
+            reserve = len(sweep) + math.ceil(
+                self.refine_margin * len(self._neighbours(best, full=True)))
+            if not refining and remaining <= reserve:
+                refining = True
+                hidden = set()
+            if refining:
+                chosen = self._refine(sweep, everything, measured, weights,
+                                      chunk)
+                if not chosen:  # every basin swept: search on
+                    chosen = self._generation(everything, measured, weights,
+                                              stall)
+                going = evaluate(chosen)
+                continue
             if not ranked:
                 going = evaluate([g for g in pool if g not in measured]
                                  [:self.batch])
                 continue
-            elite = ranked[:max(2, self.population // 2)]
-            # Niche elitism: the best of every combination of the few-valued
-            # parameters stays a parent, so the population does not collapse
-            # into one basin while another holds the optimum.
-            niches = {}
-            for g in ranked:
-                niches.setdefault(self._niche(g), g)
-            elite += [g for g in niches.values() if g not in elite]
-            rate = 0.3 if stall < 3 else 0.6
-            offspring = set()
-            for _ in range(200):
-                child = self._crossover(self._tournament(elite),
-                                        self._tournament(elite))
-                offspring.add(self._mutate(child, rate / 2))
-                offspring.add(self._mutate(self._tournament(elite), rate))
-            offspring.update(self._neighbours(ranked[0]))
-            # Distant candidates too: the model may see a better region than
-            # the one the population sits in (escapes local optima).
-            for _ in range(self.global_pool if stall >= 2 else 0):
-                offspring.add(self.valid_list[
-                    self.rng.randrange(len(self.valid_list))])
-            fresh = [g for g in offspring
-                     if g in self.valid and g not in measured]
-            fresh.sort()
-            if not fresh:
-                fresh = [g for g in self.valid_list if g not in measured]
-                self.rng.shuffle(fresh)
-            weights = self._fit(measured)
-            ranked_pool = self._rank(weights, fresh)
-            n_explore = max(1, int(self.batch * self.explore))
-            chosen = ranked_pool[:self.batch - n_explore]
-            rest = ranked_pool[self.batch - n_explore:]
-            chosen += self.rng.sample(rest, min(n_explore, len(rest)))
-            # Untried neighbours of the best, and of the best of each niche
-            # within reach of it: local refinement in every basin.
-            best_time = measured[ranked[0]].time
-            # Last part of the budget: sweep whole parameters around the
-            # leaders (the model picks which values) instead of +-1 steps.
-            polish = len(order) >= (1.0 - self.polish) * budget
-            for leader in [ranked[0]] + [
-                    g for g in niches.values() if g != ranked[0]
-                    and measured[g].time < self.niche_reach * best_time]:
-                near = [g for g in self._neighbours(leader, full=polish)
-                        if g in self.valid and g not in measured
-                        and g not in chosen]
-                # In the polish phase the overall best gets a complete
-                # coordinate sweep: near-optimal configs often differ from
-                # it in one parameter the model cannot rank well.
-                limit = len(near) if (polish and leader == ranked[0]) \
-                    else self.local_per_niche
-                chosen += self._rank(weights, near)[:limit]
             best_before = measured[ranked[0]].time
-            going = evaluate(chosen)
-            best_now = min(m.time for m in measured.values() if m.ok)
+            going = evaluate(self._generation(ranked, measured, weights,
+                                              stall))
+            best_now = min(measured[g].time for g in measured
+                           if measured[g].ok and g not in hidden)
             stall = 0 if best_now < best_before else stall + 1
         stopped_by = "budget" if len(order) >= budget else "time"
         return SearchResult(order, time.perf_counter() - start, stopped_by)
+
+    def _refine(self, sweep, everything, measured, weights, chunk):
+        """Configs to measure while refining: the untried one-parameter
+        neighbours of the best (model order, a few at a time, so that a
+        better one found is swept in turn); once the best is a local
+        optimum, those of the next basin's leader."""
+        if sweep:
+            return self._rank(weights, sweep)[:chunk]
+        for leader in self._leaders(everything)[1:]:
+            near = [g for g in self._neighbours(leader) if g not in measured]
+            if near:
+                return self._rank(weights, near)[:chunk]
+        return []
+
+    def _generation(self, ranked, measured, weights, stall):
+        elite = ranked[:max(2, self.population // 2)]
+        # Niche elitism: the leader of every basin stays a parent, so the
+        # population does not collapse into one basin while another holds
+        # the optimum.
+        leaders = self._leaders(ranked)
+        parents = leaders if self.far_leaders_as_parents else \
+            self._leaders(ranked, binary_only=True)
+        elite += [g for g in parents if g not in elite]
+        rate = 0.3 if stall < 3 else 0.6
+        offspring = set()
+        for _ in range(200):
+            child = self._crossover(self._tournament(elite),
+                                    self._tournament(elite))
+            offspring.add(self._mutate(child, rate / 2))
+            offspring.add(self._mutate(self._tournament(elite), rate))
+        offspring.update(self._neighbours(ranked[0]))
+        # Distant candidates too: the model may see a better region than
+        # the one the population sits in (escapes local optima).
+        for _ in range(self.global_pool if stall >= 2 else 0):
+            offspring.add(self.valid_list[
+                self.rng.randrange(len(self.valid_list))])
+        fresh = sorted(g for g in offspring
+                       if g in self.valid and g not in measured)
+        if not fresh:
+            fresh = [g for g in self.valid_list if g not in measured]
+            self.rng.shuffle(fresh)
+        ranked_pool = self._rank(weights, fresh)
+        n_explore = max(1, int(self.batch * self.explore))
+        chosen = ranked_pool[:self.batch - n_explore]
+        rest = ranked_pool[self.batch - n_explore:]
+        chosen += self.rng.sample(rest, min(n_explore, len(rest)))
+        # Untried neighbours of the best, and of the leader of each basin
+        # within reach of it: local refinement in every basin.
+        best_time = measured[ranked[0]].time
+        for leader in [ranked[0]] + [
+                g for g in leaders if g != ranked[0]
+                and measured[g].time < self.niche_reach * best_time]:
+            near = [g for g in self._neighbours(leader)
+                    if g not in measured and g not in chosen]
+            chosen += self._rank(weights, near)[:self.local_per_niche]
+        return chosen
 
 
 def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),
