@@ -1,20 +1,32 @@
 """Model-guided evolutionary search over a Space.
 
-A genetic algorithm (tournament selection, uniform crossover, mutation that
-prefers neighbouring values, elitism) whose offspring are screened by a
-cheap surrogate before any of them is measured: a ridge regression of log
-run time on one-hot values, normalized values and their pairwise products,
+A genetic algorithm (tournament selection, uniform crossover, mutation,
+elitism) whose offspring are screened by a cheap surrogate before any of
+them is measured: a ridge regression of log run time on one-hot values,
+scaled values of the ordered parameters and their pairwise products,
 refitted on every measurement so far. Each generation measures the
 offspring the model ranks best, a few random ones (exploration), and the
-untried neighbours of the best config (local refinement). Measurements are
-the expensive part (a compile and a benchmark on a GPU), so a few
-milliseconds of numpy per generation are well spent.
+untried neighbours of the leaders (local refinement). Measurements are the
+expensive part (a compile and a benchmark on a GPU), so a few milliseconds
+of numpy per generation are well spent.
+
+Parameter types come from the values: numeric ones are ordinal (mutation
+steps to nearby values; neighbours are the adjacent values), two-valued
+ones are switches, anything else is categorical (every other value is as
+near). Leaders, one per basin, keep the population from collapsing: the
+best of each combination of the switches, and configs far (a distance
+defined for every type) from every faster leader.
+
+The end of the budget is held back: the best config gets a sweep of every
+value of every parameter, and so does any better config the sweep finds,
+so what is returned is a local optimum unless the budget is too small for
+even one sweep. Seeds (neighbour shapes, other devices) are measured first
+but take no part in selection or in the model for half the budget.
 
 Properties: deterministic for a seed; never measures a config twice; failed
 configs (compile error, out of resources, wrong result) are remembered, fed
 to the model as slow, and never win; stops at the evaluation budget or the
-time budget, whichever comes first. Seeds (neighbour shapes, other devices)
-are measured first.
+time budget, whichever comes first.
 """
 import math
 import random
