@@ -134,6 +134,9 @@ def main():
     parser.add_argument("--no_recorded", action="store_true",
                         help="skip the recorded tables (and cross-GPU)")
     parser.add_argument("--no_cross", action="store_true")
+    parser.add_argument("--local_budgets", default="",
+                        help="comma-separated budgets at which to report "
+                        "this search's local-optimum rate on every table")
     args = parser.parse_args()
     tools = args.tools.split(",")
     tables, restrictions = {}, {}
@@ -174,8 +177,16 @@ def main():
                 cells.append(f"{summarize(runs)} {local_rate(runs)}")
             print(f"{gpu:<22} {len(table.space):>6} " + " ".join(
                 f"{c:>27}" for c in cells))
-    print(f"{'local optimum, all':<29} " + " ".join(
-        f"{local_rate(all_runs[t]):>27}" for t in tools))
+        print(f"{'local optimum, all':<29} " + " ".join(
+            f"{local_rate(all_runs[t]):>27}" for t in tools))
+        for budget in [int(b) for b in args.local_budgets.split(",") if b]:
+            runs = {name: [ours(table, s, budget) for s in seeds]
+                    for name, table in tables.items()}
+            pooled = [r for rs in runs.values() for r in rs]
+            print(f"this search at {budget} evaluations: local optimum in "
+                  f"{local_rate(pooled).strip()} of runs (" + ", ".join(
+                      f"{n} {local_rate(rs).strip()}"
+                      for n, rs in runs.items()) + ")")
     if args.no_recorded or args.no_cross:
         print(f"\n({time.time() - start:.0f} s)")
         return
@@ -201,6 +212,9 @@ def main():
                   f"{summarize(unseeded):>22}")
     print(f"{'all six pairs':<18} {summarize(pooled_seeded):>22} "
           f"{summarize(pooled_unseeded):>22}")
+    print(f"local optimum at {args.cross_budget} evaluations: seeded "
+          f"{local_rate(pooled_seeded).strip()}, unseeded "
+          f"{local_rate(pooled_unseeded).strip()}")
     print(f"\n({time.time() - start:.0f} s)")
 
 

@@ -338,8 +338,11 @@ class EvolutionarySearch:
                           key=lambda g: (measured[g].time, g))
 
         seeds = list(self.seeds)
-        pool = [g for g in self.valid_list if g not in set(seeds)]
+        # The same random order with or without seeds: a seeded search
+        # explores as the unseeded one would.
+        pool = list(self.valid_list)
         self.rng.shuffle(pool)
+        pool = [g for g in pool if g not in set(seeds)]
         going = evaluate(seeds + pool[:self.population])
         # Seeds take no part in selection or in the model until part of the
         # budget is spent: until then the search runs as it would unseeded,
@@ -361,19 +364,20 @@ class EvolutionarySearch:
                                  [:self.batch])
                 continue
             weights = self._fit(visible)
-            best = everything[0]
-            sweep = [g for g in self._neighbours(best, full=True)
-                     if g not in measured]
-            remaining = budget - len(order)
             # Budget held back so that the best found, and any better one
             # found while refining it, gets a complete one-parameter sweep:
-            # what is returned is a local optimum.
-            reserve = len(sweep) + math.ceil(
-                self.refine_margin * len(self._neighbours(best, full=True)))
-            if not refining and remaining <= reserve:
+            # what is returned is a local optimum. (Sized on the best the
+            # search itself found: a hidden seed does not bring it forward.)
+            best = (ranked or everything)[0]
+            neighbours = self._neighbours(best, full=True)
+            reserve = sum(g not in measured for g in neighbours) + \
+                math.ceil(self.refine_margin * len(neighbours))
+            if not refining and budget - len(order) <= reserve:
                 refining = True
                 hidden = set()
             if refining:
+                sweep = [g for g in self._neighbours(everything[0], full=True)
+                         if g not in measured]
                 chosen = self._refine(sweep, everything, measured, weights,
                                       chunk)
                 if not chosen:  # every basin swept: search on
