@@ -135,10 +135,11 @@ def test_categorical_two_basins_diversity_finds_the_better_one(tmp_path):
     assert with_leaders > found(max_leaders=0)
 
 
-@pytest.mark.parametrize("name,budget", [("rugged_ordinal", 100),
-                                         ("rugged_ordinal", 200),
+@pytest.mark.parametrize("name,budget", [("isolated_optimum", 50),
                                          ("isolated_optimum", 70),
-                                         ("two_basin_categorical", 90)])
+                                         ("two_basin_categorical", 70),
+                                         ("rugged_ordinal", 70),
+                                         ("rugged_ordinal", 200)])
 def test_returned_config_is_a_local_optimum(tmp_path, name, budget):
     """Budget is held back to sweep every parameter of the best config, and
     of any better one found doing so."""
