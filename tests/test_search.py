@@ -175,7 +175,8 @@ def test_seeds_from_a_poor_basin_do_not_trap(tmp_path):
 
 def test_only_part_of_the_population_is_seeded(tmp_path):
     table = simulate.TimingTable(synthetic_table(tmp_path / "t.json.gz"))
-    seeds = [Config({"x": x, "y": y}) for x in range(10) for y in range(2)]
+    seeds = [Config({"x": x, "y": y}, 4, 2) for x in range(10)
+             for y in range(2)]
     log = []
     ev.EvolutionarySearch(table.space, budget=40, seed=0, seeds=seeds,
                           population=16).run(measure_with(table, log))
