@@ -8,7 +8,8 @@
    and prints, per fusion, how many runs picked its most common winner;
    then the share of fusions on which every run agreed and the pairwise
    agreement rate (of all pairs of runs, over all fusions, the share that
-   picked the same winner).
+   picked the same winner), and each run's tuning seconds (the cost of
+   the selection rule shows there).
 2. --diffs: in a temporary copy of the source tree, tunes the suite once
    (the base cache), then again for three changes, each with the base
    cache as incumbents: (a) nothing changed, (b) one kernel edited (a
@@ -29,6 +30,7 @@ import collections
 import difflib
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,7 +63,9 @@ def tune(source, dump, incumbents=None):
     if proc.returncode != 0:
         sys.exit(f"bench_stability: the suite failed in {source}:\n"
                  + proc.stderr[-2000:])
-    return time.perf_counter() - start
+    match = re.search(r"([0-9.]+) s tuning", proc.stderr)
+    return time.perf_counter() - start, float(match.group(1)) if match \
+        else float("nan")
 
 
 def winners(path):
@@ -73,14 +77,17 @@ def winners(path):
 
 def agreement(source, runs, workdir):
     picks = collections.defaultdict(list)
-    seconds = []
+    seconds, tuning = [], []
     for i in range(runs):
         dump = os.path.join(workdir, f"fresh{i}.textproto")
-        seconds.append(tune(source, dump))
+        wall, tuned = tune(source, dump)
+        seconds.append(wall)
+        tuning.append(tuned)
         for fusion, best in winners(dump).items():
             picks[fusion].append(best)
     print(f"fresh tunes: {runs} runs of {SUITE} "
-          f"({min(seconds):.1f} to {max(seconds):.1f} s each)")
+          f"({min(seconds):.1f} to {max(seconds):.1f} s each; tuning "
+          f"seconds per run: {', '.join(f'{t:.1f}' for t in tuning)})")
     all_agree = same = pairs = 0
     for (kernel, signature), bests in sorted(picks.items()):
         top, count = collections.Counter(bests).most_common(1)[0]
@@ -90,9 +97,9 @@ def agreement(source, runs, workdir):
             pairs += 1
         print(f"  {kernel} [{signature.split(';')[0]}]: {count}/{len(bests)}"
               f" runs picked {top}")
+    rate = f" = {100.0 * same / pairs:.0f}%" if pairs else ""
     print(f"fusions on which all {runs} runs agreed: {all_agree}/"
-          f"{len(picks)}; pairwise agreement: {same}/{pairs} = "
-          f"{100.0 * same / max(pairs, 1):.0f}%")
+          f"{len(picks)}; pairwise agreement: {same}/{pairs}{rate}")
 
 
 def without_candidates(path, out):
