@@ -387,9 +387,9 @@ class SelectionRule(NamedTuple):
        entirely below 1 - min_improvement. Decided from min_rounds on, as
        soon as the interval lies below or above that line or the
        challenger is not faster on average; kept after max_rounds when it
-       still straddles the line. A kept candidate is
-       the winner; a beaten one makes way for the next in order (at most
-       max_duels), and the fastest wins when none is kept.
+       still straddles the line. A kept candidate is the winner; a beaten
+       one makes way for the next in order (at most max_duels), and the
+       fastest wins when none is kept.
     """
     min_improvement: float = 0.05
     screen_margin: float = 0.10
