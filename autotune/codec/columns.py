@@ -8,7 +8,6 @@ import operator
 
 KEY_OF = operator.attrgetter("key")
 RAW_OF = operator.attrgetter("raw")
-FIRST = operator.itemgetter(0)
 SECOND = operator.itemgetter(1)
 
 

@@ -14,6 +14,12 @@ Measured on bench/bench_runtime.py's entries (20,000; see the closing notes
 for the command), against building messages and calling text_format:
 - writer: 96 % faster (24x) than text_format.MessageToString.
 - reader: 99 % faster (136x) than text_format.Parse plus conversion.
+- candidate and provenance lines copied from the file read when an entry
+  is written back: 74 % faster than formatting them again.
+- a file whose crc32 line matches skips the reader's line count and the
+  copies' pattern check: 15 % faster loads, 78 % faster writes back.
+Shortcuts measured at less than 30 % were removed: interleaving entries
+with equal candidate counts by slice assignment (12 %).
 """
 import itertools
 import math
@@ -188,21 +194,6 @@ class _TextWriter:
         prov_pieces = self._provenance_pieces(
             list(map(_PROVENANCE_OF, fresh)))
 
-        if fresh is entries and counts \
-                and counts.count(counts[0]) == len(counts):
-            # As many candidates in every entry (one config list): the
-            # pieces interleave with a fixed stride, by slice assignment.
-            width = 3 * counts[0]
-            stride = 5 + width + 4
-            out = ["\n"] * (stride * len(entries))
-            for offset, values in enumerate((heads, sigs, bests,
-                                             run_time_lines)):
-                out[offset::stride] = values
-            for j in range(width):
-                out[5 + j::stride] = cand_pieces[j::width]
-            for j in range(4):
-                out[5 + width + j::stride] = prov_pieces[j::4]
-            return out
         out = []
         extend = out.extend
         at = 0
