@@ -61,3 +61,31 @@ def test_file_name_depends_on_every_key_part():
         parts[i] = parts[i] + "x"
         names.add(cache_key.file_name(type(base)(*parts)))
     assert len(names) == 5
+
+
+def test_decorators_are_not_part_of_the_fingerprint(tmp_path):
+    # The autotune config list sits in a decorator: changing it must not
+    # make the cached entries of the kernel miss.
+    for name, block in (("a", 32), ("b", 64)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "kernels.py").write_text(textwrap.dedent(f'''
+            import triton
+            import triton.language as tl
+
+            def keep(**kwargs):
+                return lambda fn: fn
+
+            @keep(configs=[{block}])
+            @triton.jit
+            def kernel(x, BLOCK: tl.constexpr):
+                tl.store(x + tl.arange(0, BLOCK), 1.0)
+            '''))
+    kernels = []
+    for name in ("a", "b"):
+        spec = importlib.util.spec_from_file_location(
+            "kernels", tmp_path / name / "kernels.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        kernels.append(module.kernel)
+    assert cache_key.kernel_fingerprint(kernels[0]) == \
+        cache_key.kernel_fingerprint(kernels[1])

@@ -418,3 +418,32 @@ def test_one_byte_flipped_in_a_binary_file_fails_verify(tmp_path, capsys):
     assert len(codec.load_results(path)) == 3  # still parses
     assert tool("verify", path) == 2
     assert "checksum mismatch" in capsys.readouterr().out
+
+
+# -- mutants that survived the suite ------------------------------------------
+
+def test_unknown_cache_mode(tmp_path):
+    with pytest.raises(ValueError, match="unknown cache mode 'write'"):
+        PerFusionDirectory(tmp_path, "write")
+
+
+def test_file_name_keeps_only_safe_characters(tmp_path):
+    entry = entry_for(tk.GOOD[0], kernel="../pkg/mod.kernel-v2_x")
+    name = cache_key.file_name(entry.key)
+    assert name.startswith("___pkg_mod_kernel-v2_x.") and "/" not in name
+    PerFusionDirectory(tmp_path).store(entry)
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def test_directory_listing_skips_leftovers(tmp_path, capsys):
+    directory = PerFusionDirectory(tmp_path)
+    entry = entry_for(tk.GOOD[0])
+    directory.store(entry)
+    name = cache_key.file_name(entry.key)
+    for leftover in (f".{name}.123.ab.tmp", f"{name}.corrupt-1-2",
+                     f"{name}.9.tmp"):
+        (tmp_path / leftover).write_text("junk")
+    assert directory.entries() == [entry]
+    (tmp_path / "notes.txt").write_text("foreign")
+    with pytest.raises(CacheFileError, match="notes.txt: not a per-fusion"):
+        directory.entries()
