@@ -75,8 +75,8 @@ def test_decorators_are_not_part_of_the_fingerprint(tmp_path):
             def keep(**kwargs):
                 return lambda fn: fn
 
-            @keep(configs=[{block}])
             @triton.jit
+            @keep(configs=[{block}])
             def kernel(x, BLOCK: tl.constexpr):
                 tl.store(x + tl.arange(0, BLOCK), 1.0)
             '''))
