@@ -643,6 +643,8 @@ class AutotunePlugin:
             tr.write_line(f"  {miss['status']}: {miss['kernel']} "
                           f"[{miss['signature']}] on {miss['device']}: "
                           f"{miss['reason']}")
+        for error in r.get("errors", []):
+            tr.write_line(f"autotune: error: {error}", red=True)
         for c in r.get("conflicts", []):
             tr.write_line(
                 f"autotune: conflict: {c['kernel']} [{c['signature']}] on "
