@@ -366,12 +366,14 @@ class EvolutionarySearch:
             weights = self._fit(visible)
             # Budget held back so that the best found, and any better one
             # found while refining it, gets a complete one-parameter sweep:
-            # what is returned is a local optimum. (Sized on the best the
-            # search itself found: a hidden seed does not bring it forward.)
-            best = (ranked or everything)[0]
-            neighbours = self._neighbours(best, full=True)
-            reserve = sum(g not in measured for g in neighbours) + \
-                math.ceil(self.refine_margin * len(neighbours))
+            # what is returned is a local optimum. (Enough for the best the
+            # search found and for a hidden seed that is better still.)
+            reserve = 0
+            for best in {(ranked or everything)[0], everything[0]}:
+                neighbours = self._neighbours(best, full=True)
+                reserve = max(reserve, sum(
+                    g not in measured for g in neighbours) + math.ceil(
+                        self.refine_margin * len(neighbours)))
             if not refining and budget - len(order) <= reserve:
                 refining = True
                 hidden = set()
