@@ -142,7 +142,8 @@ def gpu_autotuned_test(
       name: loads `autotune_cache` (via $(execpath)) or reads
         `per_fusion_cache_dir`; runs sharded when shard_count is set.
       name + "_autotune_dump": tagged manual, unsharded; tunes every fusion
-        the test meets and writes TEST_UNDECLARED_OUTPUTS_DIR/
+        the test meets, keeping the checked-in configs as incumbents
+        (--autotune_incumbents_from), and writes TEST_UNDECLARED_OUTPUTS_DIR/
         autotune_cache.textproto. `bazel run @rules_autotune//tools:regenerate`
         runs these and writes their dumps into the checked-in caches.
 
@@ -230,6 +231,12 @@ def gpu_autotuned_test(
     ]
     if cache:
         dump_tags.append(CACHE_TAG_PREFIX + cache.path)
+    if cache and cache.exists != False:
+        # The checked-in entries are incumbents: a config stays unless a
+        # challenger is faster beyond the timing noise, and an unchanged
+        # entry is dumped as it was, so regenerating leaves it untouched.
+        dump_data.append(cache.label)
+        dump_flags.append("--autotune_incumbents_from=$(execpath %s)" % cache.label)
     test_rule(
         name = name + DUMP_SUFFIX,
         data = dump_data,
