@@ -235,3 +235,21 @@ def test_configure_writes_into_the_given_workspace(tmp_path):
     result = subprocess.run(["bash", script, str(tmp_path / "nowhere")],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "no such directory" in result.stderr
+
+
+def test_placeholders_for_missing_caches_are_removed_unless_written(
+        tmp_path):
+    targets = {"//:a_autotune_dump": "testdata/new.textproto",
+               "//:b_autotune_dump": "testdata/old.textproto",
+               "//:c_autotune_dump": None}
+    (tmp_path / "testdata").mkdir()
+    results_io.dump_results([entry(1)], tmp_path / "testdata" /
+                            "old.textproto")
+    created = regenerate.create_placeholders(targets, str(tmp_path))
+    new = str(tmp_path / "testdata" / "new.textproto")
+    assert created == [new]
+    assert results_io.load_results(new) == []
+    regenerate.remove_placeholders(created)
+    assert not os.path.exists(new)
+    assert len(results_io.load_results(
+        tmp_path / "testdata" / "old.textproto")) == 1

@@ -22,6 +22,9 @@
      in wins, else the faster one.
    The file is written atomically, with the user's umask for a new file
    (an existing file keeps its mode); missing directories are created.
+   While the dumps run, a cache that does not exist yet is an empty file,
+   so that a dump target naming it by a label in another package can be
+   analysed; it is removed again if its dumps fail.
 
 A dump target that fails leaves its cache untouched (and every cache it
 shares with others); the command names it and exits 1. Exit 2: bad usage,
@@ -365,6 +368,7 @@ def main(argv=None):
     # stands; paths are resolved against the workspace root.
     cwd = here if os.path.abspath(here).startswith(
         workspace + os.sep) else workspace
+    placeholders = []
     try:
         targets = select_targets(args.bazel, args.patterns, cwd,
                                  args.bazel_arg)
@@ -374,10 +378,50 @@ def main(argv=None):
             return 2
         print(f"regenerate: running {len(targets)} dump target(s) unsharded",
               file=sys.stderr)
+        placeholders.extend(create_placeholders(targets, workspace))
         results = run_dump_targets(args.bazel, targets, cwd, args.bazel_arg)
     except RegenerateError as e:
+        remove_placeholders(placeholders)
         print(f"regenerate: error: {e}", file=sys.stderr)
         return 2
+    except BaseException:
+        remove_placeholders(placeholders)
+        raise
+    regenerated = set()
+    try:
+        return write_results(targets, results, workspace, regenerated)
+    finally:
+        remove_placeholders([p for p in placeholders
+                             if p not in regenerated])
+
+
+def create_placeholders(targets, workspace):
+    """Creates an empty results file for each cache that does not exist
+    yet, so that a dump target naming it by a label in another package
+    (whose glob finds it now) can be analysed; returns their paths. Each is
+    replaced by the merged dumps, or removed again."""
+    created = []
+    for cache in sorted({c for c in targets.values() if c}):
+        path = os.path.join(workspace, cache)
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_cache([], path)
+            created.append(path)
+    return created
+
+
+def remove_placeholders(placeholders):
+    """Removes placeholders whose cache was not regenerated."""
+    for path in placeholders:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def write_results(targets, results, workspace, regenerated):
+    """Merges each cache's dumps into it; adds the paths written to
+    regenerated. Returns the exit code."""
     failed = []
     by_cache = {}
     for target in sorted(targets):
@@ -414,6 +458,7 @@ def main(argv=None):
             continue
         try:
             regenerate_cache(cache, dumps, workspace)
+            regenerated.add(os.path.join(workspace, cache))
         except (CacheFileError, OSError) as e:
             failed.append(cache)
             print(f"regenerate: FAILED writing {cache}: {e}")
