@@ -157,3 +157,12 @@ def test_config_that_fails_in_the_duel_loses_it():
     assert not result.challenger_won
     result, _ = tuner.duel(retime, CHALLENGER, INCUMBENT)
     assert result.challenger_won
+
+
+def test_incumbent_bar_is_higher_than_a_fresh_tie_break():
+    # 7 % faster with little noise: enough to beat the smaller config in a
+    # fresh tune (5 % bar), not enough to unseat an incumbent (8 % bar).
+    true_us = {INCUMBENT: 100.0, CHALLENGER: 93.0}
+    fresh = [tune(true_us, 0.01, seed)[0].best.config for seed in range(20)]
+    assert fresh.count(CHALLENGER) == 20
+    assert replacement_rate(true_us, noise=0.01, trials=20) == 0.0
