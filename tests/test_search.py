@@ -149,6 +149,33 @@ def test_returned_config_is_a_local_optimum(tmp_path, name, budget):
         assert table.faster_neighbour(best) is None, (seed, best)
 
 
+def test_stalled_search_tries_moves_of_two_ordinal_parameters(tmp_path):
+    """When the best has not improved for a while, a generation also holds
+    the model's best configs two ordinal parameters away from the best,
+    which a one-parameter step cannot reach."""
+    table = simulate.TimingTable(synthetic_table(tmp_path / "t.json.gz"))
+
+    def generation(stall, **options):
+        search = ev.EvolutionarySearch(table.space, budget=60, seed=1,
+                                       **options)
+        measure = measure_with(table)
+        measured = {search.enc.encode(c): measure(c)
+                    for c in table.space.configs()[::3]}
+        ranked = sorted((g for g, m in measured.items() if m.ok),
+                        key=lambda g: (measured[g].time, g))
+        return ranked[0], measured, search._generation(
+            ranked, measured, search._fit(measured), stall)
+    best, measured, plain = generation(2, pair_moves=0)
+    _, _, with_moves = generation(2)
+    extra = with_moves[len(plain):]
+    assert with_moves[:len(plain)] == plain and len(extra) == 2
+    for g in extra:
+        assert g not in measured
+        assert sum(a != b for a, b in zip(g, best)) == 2
+    # Not stalled: no such moves.
+    assert generation(0)[2] == generation(0, pair_moves=0)[2]
+
+
 def test_isolated_optimum_one_parameter_away_is_found(tmp_path):
     """The optimum sits at the far end of one parameter from the bottom of
     a smooth bowl, with slow configs around it: only a whole-parameter

@@ -15,7 +15,10 @@ steps to nearby values; neighbours are the adjacent values), two-valued
 ones are switches, anything else is categorical (every other value is as
 near). Leaders, one per basin, keep the population from collapsing: the
 best of each combination of the switches, and configs far (a distance
-defined for every type) from every faster leader.
+defined for every type) from every faster leader. When the best has not
+improved for a few generations, the model's best moves of two ordinal
+parameters at once from it are tried too (sizes that trade off against
+each other form ridges a one-parameter step cannot follow).
 
 The end of the budget is held back: the best config gets a sweep of every
 value of every parameter, and so does any better config the sweep finds,
@@ -161,7 +164,7 @@ class EvolutionarySearch:
                  seeds=(), population=16, batch=6, explore=0.25,
                  global_pool=300, niche_reach=3.0, local_per_niche=4,
                  max_leaders=3, refine_margin=0.75, seed_share=0.5,
-                 far_leaders_as_parents=False):
+                 far_leaders_as_parents=False, pair_moves=2):
         if budget is None or budget <= 0:
             raise SearchError(f"evaluation budget must be positive, got "
                               f"{budget!r}")
@@ -182,6 +185,7 @@ class EvolutionarySearch:
         self.refine_margin = refine_margin
         self.seed_share = seed_share
         self.far_leaders_as_parents = far_leaders_as_parents
+        self.pair_moves = pair_moves
         self.enc = _Encoding(space)
         self.binary_dims = [d for d, kind in enumerate(self.enc.kinds)
                             if kind == BINARY]
@@ -246,6 +250,27 @@ class EvolutionarySearch:
                     g = tuple(g)
                     if g in self.valid:
                         out.append(g)
+        return out
+
+    def _pair_moves(self, genome):
+        """Valid configs two ordinal parameters away (any values of both).
+        Sizes often trade off against each other (a ridge such as a fixed
+        block size in threads), where a one-parameter sweep is stuck."""
+        out = []
+        dims = [d for d in self.enc.varying if self.enc.kinds[d] == ORDINAL]
+        for i, a in enumerate(dims):
+            for b in dims[i + 1:]:
+                for x in range(len(self.enc.values[a])):
+                    if x == genome[a]:
+                        continue
+                    for y in range(len(self.enc.values[b])):
+                        if y == genome[b]:
+                            continue
+                        g = list(genome)
+                        g[a], g[b] = x, y
+                        g = tuple(g)
+                        if g in self.valid:
+                            out.append(g)
         return out
 
     def _leaders(self, ranked, binary_only=False):
@@ -454,6 +479,11 @@ class EvolutionarySearch:
             near = [g for g in self._neighbours(leader)
                     if g not in measured and g not in chosen]
             chosen += self._rank(weights, near)[:self.local_per_niche]
+        if stall >= 2 and self.pair_moves:
+            # Stalled: the model's best moves along ridges of the best.
+            moves = [g for g in self._pair_moves(ranked[0])
+                     if g not in measured and g not in chosen]
+            chosen += self._rank(weights, moves)[:self.pair_moves]
         return chosen
 
 
