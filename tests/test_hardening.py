@@ -447,3 +447,11 @@ def test_directory_listing_skips_leftovers(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("foreign")
     with pytest.raises(CacheFileError, match="notes.txt: not a per-fusion"):
         directory.entries()
+
+
+def test_unknown_failure_kind_in_text_is_an_error_naming_the_file():
+    text = codec.encode(make_entries(2), "c.textproto")
+    bad = text.replace(b"failure: OUT_OF_RESOURCES", b"failure: BOGUS", 1)
+    bad = bad[:bad.rindex(b"# crc32: ")]
+    with pytest.raises(CacheFileError, match=r"^c\.textproto: .*BOGUS"):
+        [e.candidates for e in codec.decode(bad, "c.textproto")]
