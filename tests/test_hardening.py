@@ -455,3 +455,13 @@ def test_unknown_failure_kind_in_text_is_an_error_naming_the_file():
     bad = bad[:bad.rindex(b"# crc32: ")]
     with pytest.raises(CacheFileError, match=r"^c\.textproto: .*BOGUS"):
         [e.candidates for e in codec.decode(bad, "c.textproto")]
+
+
+def test_binary_lengths_around_one_varint_byte():
+    # Lengths 127 and 128 take one and two varint bytes (a mutant that
+    # moved the boundary survived the rest of the suite).
+    from test_results_io import _reference_message
+    entries = codec.sort_entries([
+        entry_for(tk.GOOD[0], signature="s" * n)
+        for n in (100, 125, 126, 127, 128, 129, 300)])
+    assert codec.encode(entries, "x.pb") == _reference_message(entries)
