@@ -170,7 +170,6 @@ class Autotuner(KernelInterface):
             tuned |= set(config.kwargs)
         if space is not None:
             tuned |= set(space.param_names)
-        self.tuned_names = frozenset(tuned)
         self._refused = frozenset(tuned | set(_LAUNCH_OPTIONS))
         self._single = (Config.from_triton(self.configs[0])
                         if space is None and len(self.configs) == 1 else None)

@@ -22,147 +22,168 @@ class AutotuneFlagsError(Exception):
     pass
 
 
-@dataclasses.dataclass
-class Options:
-    per_fusion_autotune_cache_dir: str = None
-    autotune_cache_mode: str = "update"
-    dump_autotune_results_to: str = None
-    load_autotune_results_from: list = dataclasses.field(default_factory=list)
-    require_complete_autotune_results: bool = False
-    autotune_backend: str = "auto"
-    autotune_miss_policy: str = "tune"
-    autotune_expected_gpu: str = None
-    autotune_report_to: str = None
-    autotune_fail_if_sharded: bool = False
-    # Remote cache (autotune/remote_cache.py). No password flag: flags are
-    # printed in test logs; the password comes from the environment or a file.
-    autotune_remote_cache: str = None
-    autotune_remote_cache_mode: str = "update"
-    autotune_remote_cache_prefix: str = "autotune"
-    autotune_remote_cache_expiry_s: int = 0
-    autotune_remote_cache_timeout_s: float = 1.0
-    autotune_remote_cache_password_file: str = None
-    autotune_remote_cache_ca_file: str = None
-    autotune_compile_check: str = None
-    autotune_incumbents_from: list = dataclasses.field(default_factory=list)
-    autotune_workers: int = 1
-    autotune_dropin: bool = False
+@dataclasses.dataclass(frozen=True)
+class FlagSpec:
+    """One flag: the absl definition and the Options field are both made
+    from it, so the two cannot drift apart."""
+    name: str
+    kind: str  # string, enum, bool, integer, float or list
+    default: object
+    help: str
+    enum_values: tuple = ()
+    lower_bound: object = None
+    # Resolved against the TEST_WORKSPACE/ and TEST_UNDECLARED_OUTPUTS_DIR/
+    # prefixes (list flags: every item).
+    path: bool = False
 
 
-# Flags that take a comma-separated list: repeating one adds to the list.
-# Any other flag given twice is an error (the last value would silently win).
-LIST_FLAGS = ("load_autotune_results_from", "autotune_incumbents_from")
-
-
-def _define(values):
-    absl_flags.DEFINE_string(
-        "per_fusion_autotune_cache_dir", None,
+# Options' fields follow this order (it is also the order in which error
+# messages list the known flags).
+FLAGS = (
+    FlagSpec(
+        "per_fusion_autotune_cache_dir", "string", None,
         "Directory with one cache file per fusion, shared by runs and "
-        "processes. Must exist.", flag_values=values)
-    absl_flags.DEFINE_enum(
-        "autotune_cache_mode", "update", ["update", "read"],
+        "processes. Must exist.", path=True),
+    FlagSpec(
+        "autotune_cache_mode", "enum", "update",
         "update: add tuned fusions to the per-fusion directory; read: never "
-        "write it.", flag_values=values)
-    absl_flags.DEFINE_string(
-        "dump_autotune_results_to", None,
+        "write it.", enum_values=("update", "read")),
+    FlagSpec(
+        "dump_autotune_results_to", "string", None,
         "Write the results used by this run to this file at exit (.txt, "
         ".textproto, .pbtxt, .txtpb, .prototxt: text format; otherwise "
-        "binary).",
-        flag_values=values)
-    absl_flags.DEFINE_multi_string(
-        "load_autotune_results_from", [],
+        "binary).", path=True),
+    FlagSpec(
+        "load_autotune_results_from", "list", (),
         "Comma-separated results files to load at start; may be repeated.",
-        flag_values=values)
-    absl_flags.DEFINE_bool(
-        "require_complete_autotune_results", False,
-        "Fail on any cache miss, listing every missing fusion.",
-        flag_values=values)
-    absl_flags.DEFINE_enum(
-        "autotune_backend", "auto", list(BACKEND_NAMES),
+        path=True),
+    FlagSpec(
+        "require_complete_autotune_results", "bool", False,
+        "Fail on any cache miss, listing every missing fusion."),
+    FlagSpec(
+        "autotune_backend", "enum", "auto",
         "auto: the GPU when one is visible, else Triton's interpreter.",
-        flag_values=values)
-    absl_flags.DEFINE_enum(
-        "autotune_miss_policy", "tune", list(MISS_POLICIES),
+        enum_values=tuple(BACKEND_NAMES)),
+    FlagSpec(
+        "autotune_miss_policy", "enum", "tune",
         "On a miss: tune (full search), nearest (reuse the nearest tuned "
         "shape's config without tuning), seeded (short search from "
-        "neighbours).", flag_values=values)
-    absl_flags.DEFINE_string(
-        "autotune_expected_gpu", None,
+        "neighbours).", enum_values=MISS_POLICIES),
+    FlagSpec(
+        "autotune_expected_gpu", "string", None,
         "Fail unless the device key contains this GPU name (for example "
-        "H200): a cache tuned for one GPU type is not run on another.",
-        flag_values=values)
-    absl_flags.DEFINE_string(
-        "autotune_report_to", None,
+        "H200): a cache tuned for one GPU type is not run on another."),
+    FlagSpec(
+        "autotune_report_to", "string", None,
         "JSON report path (default: TEST_UNDECLARED_OUTPUTS_DIR/"
-        "autotune_report.json when that is set).", flag_values=values)
-    absl_flags.DEFINE_bool(
-        "autotune_fail_if_sharded", False,
+        "autotune_report.json when that is set).", path=True),
+    FlagSpec(
+        "autotune_fail_if_sharded", "bool", False,
         "Fail when run as one shard of several (dump targets set this: a "
-        "dump must see every fusion).", flag_values=values)
-    absl_flags.DEFINE_multi_string(
-        "autotune_incumbents_from", [],
+        "dump must see every fusion)."),
+    # Remote cache (autotune/remote_cache.py). No password flag: flags are
+    # printed in test logs; the password comes from the environment or a file.
+    FlagSpec(
+        "autotune_remote_cache", "string", None,
+        "redis://HOST:PORT/DB (rediss:// for TLS): a shared cache looked up "
+        "after the per-fusion directory. The password comes from "
+        "AUTOTUNE_REMOTE_CACHE_PASSWORD or a file, never from a flag."),
+    FlagSpec(
+        "autotune_remote_cache_mode", "enum", "update",
+        "update: publish tuned fusions (first writer wins); read: never "
+        "write to the remote.", enum_values=("update", "read")),
+    FlagSpec(
+        "autotune_remote_cache_prefix", "string", "autotune",
+        "Namespace of the remote keys: PREFIX:vKEY_VERSION:..."),
+    FlagSpec(
+        "autotune_remote_cache_expiry_s", "integer", 0,
+        "Expire published entries after this many seconds (0: never).",
+        lower_bound=0),
+    FlagSpec(
+        "autotune_remote_cache_timeout_s", "float", 1.0,
+        "Connect and read timeout of each remote operation.",
+        lower_bound=0.001),
+    FlagSpec(
+        "autotune_remote_cache_password_file", "string", None,
+        "File holding the remote cache password (instead of "
+        "AUTOTUNE_REMOTE_CACHE_PASSWORD).", path=True),
+    FlagSpec(
+        "autotune_remote_cache_ca_file", "string", None,
+        "CA certificates to verify a rediss:// server with (default: the "
+        "system's).", path=True),
+    FlagSpec(
+        "autotune_compile_check", "string", None,
+        "Comma-separated GPU targets (sm_90,sm_80): before measuring a "
+        "fusion, compile every config for each with Triton's compiler and "
+        "drop those that fail or exceed the target's limits."),
+    FlagSpec(
+        "autotune_incumbents_from", "list", (),
         "Comma-separated results files whose entries are incumbents: a "
         "fusion being tuned keeps its incumbent's config unless a challenger "
         "is faster by more than the measured noise. Files that do not exist "
-        "are ignored; may be repeated.", flag_values=values)
-    absl_flags.DEFINE_bool(
-        "autotune_dropin", False,
-        "Read at `import autotune`: triton.autotune builds this project's "
-        "autotuner (autotune.install()), so @triton.autotune kernels are "
-        "persisted unchanged.", flag_values=values)
-    _define_remote(values)
-    _define_compile_check(values)
-    absl_flags.DEFINE_integer(
-        "autotune_workers", 1,
+        "are ignored; may be repeated.", path=True),
+    FlagSpec(
+        "autotune_workers", "integer", 1,
         "On a miss, measure candidates in this many worker processes (one "
         "per GPU on a multi-GPU host; plain processes on the interpreter).",
-        lower_bound=1, flag_values=values)
+        lower_bound=1),
+    FlagSpec(
+        "autotune_dropin", "bool", False,
+        "Read at `import autotune`: triton.autotune builds this project's "
+        "autotuner (autotune.install()), so @triton.autotune kernels are "
+        "persisted unchanged."),
+)
+
+_PYTHON_TYPES = {"string": str, "enum": str, "bool": bool, "integer": int,
+                 "float": float, "list": list}
 
 
-def _define_remote(values):
-    absl_flags.DEFINE_string(
-        "autotune_remote_cache", None,
-        "redis://HOST:PORT/DB (rediss:// for TLS): a shared cache looked up "
-        "after the per-fusion directory. The password comes from "
-        "AUTOTUNE_REMOTE_CACHE_PASSWORD or a file, never from a flag.",
-        flag_values=values)
-    absl_flags.DEFINE_enum(
-        "autotune_remote_cache_mode", "update", ["update", "read"],
-        "update: publish tuned fusions (first writer wins); read: never "
-        "write to the remote.", flag_values=values)
-    absl_flags.DEFINE_string(
-        "autotune_remote_cache_prefix", "autotune",
-        "Namespace of the remote keys: PREFIX:vKEY_VERSION:...",
-        flag_values=values)
-    absl_flags.DEFINE_integer(
-        "autotune_remote_cache_expiry_s", 0,
-        "Expire published entries after this many seconds (0: never).",
-        lower_bound=0, flag_values=values)
-    absl_flags.DEFINE_float(
-        "autotune_remote_cache_timeout_s", 1.0,
-        "Connect and read timeout of each remote operation.",
-        lower_bound=0.001, flag_values=values)
-    absl_flags.DEFINE_string(
-        "autotune_remote_cache_password_file", None,
-        "File holding the remote cache password (instead of "
-        "AUTOTUNE_REMOTE_CACHE_PASSWORD).", flag_values=values)
-    absl_flags.DEFINE_string(
-        "autotune_remote_cache_ca_file", None,
-        "CA certificates to verify a rediss:// server with (default: the "
-        "system's).", flag_values=values)
+def _options_field(spec):
+    if spec.kind == "list":
+        default = dataclasses.field(
+            default_factory=lambda items=spec.default: list(items))
+    else:
+        default = dataclasses.field(default=spec.default)
+    return spec.name, _PYTHON_TYPES[spec.kind], default
 
 
-def _define_compile_check(values):
-    absl_flags.DEFINE_string(
-        "autotune_compile_check", None,
-        "Comma-separated GPU targets (sm_90,sm_80): before measuring a "
-        "fusion, compile every config for each with Triton's compiler and "
-        "drop those that fail or exceed the target's limits.",
-        flag_values=values)
+Options = dataclasses.make_dataclass(
+    "Options", [_options_field(spec) for spec in FLAGS],
+    namespace={"__module__": __name__})
+Options.__doc__ = ("The value of every flag, one field per flag, named as "
+                   "the flag.")
+
+# Flags that take a comma-separated list: repeating one adds to the list.
+# Any other flag given twice is an error (the last value would silently win).
+LIST_FLAGS = tuple(spec.name for spec in FLAGS if spec.kind == "list")
+
+
+def _define(values):
+    """Defines every flag of FLAGS in the absl FlagValues `values`."""
+    for spec in FLAGS:
+        common = dict(help=spec.help, flag_values=values)
+        if spec.kind == "string":
+            absl_flags.DEFINE_string(spec.name, spec.default, **common)
+        elif spec.kind == "enum":
+            absl_flags.DEFINE_enum(spec.name, spec.default,
+                                   list(spec.enum_values), **common)
+        elif spec.kind == "bool":
+            absl_flags.DEFINE_bool(spec.name, spec.default, **common)
+        elif spec.kind == "integer":
+            absl_flags.DEFINE_integer(spec.name, spec.default,
+                                      lower_bound=spec.lower_bound, **common)
+        elif spec.kind == "float":
+            absl_flags.DEFINE_float(spec.name, spec.default,
+                                    lower_bound=spec.lower_bound, **common)
+        elif spec.kind == "list":
+            absl_flags.DEFINE_multi_string(spec.name, list(spec.default),
+                                           **common)
+        else:
+            raise ValueError(f"flag --{spec.name}: unknown kind {spec.kind!r}")
 
 
 def flag_names():
-    return [f.name for f in dataclasses.fields(Options)]
+    return [spec.name for spec in FLAGS]
 
 
 def resolve_path(path, env=None, flag="path"):
@@ -236,17 +257,10 @@ def resolve_options(options, env=None):
             or workers < 1:
         raise AutotuneFlagsError(
             f"autotune_workers must be a whole number >= 1, got {workers!r}")
-    options.per_fusion_autotune_cache_dir = resolve_path(
-        options.per_fusion_autotune_cache_dir, env,
-        "per_fusion_autotune_cache_dir")
-    options.dump_autotune_results_to = resolve_path(
-        options.dump_autotune_results_to, env, "dump_autotune_results_to")
-    options.autotune_report_to = resolve_path(
-        options.autotune_report_to, env, "autotune_report_to")
-    for name in ("autotune_remote_cache_password_file",
-                 "autotune_remote_cache_ca_file"):
-        setattr(options, name, resolve_path(getattr(options, name), env,
-                                            name))
+    for spec in FLAGS:
+        if spec.path and spec.kind != "list":
+            setattr(options, spec.name, resolve_path(
+                getattr(options, spec.name), env, spec.name))
     for name in LIST_FLAGS:
         setattr(options, name, [resolve_path(p, env, name)
                                 for p in getattr(options, name) or []])

@@ -293,16 +293,6 @@ class Entry:
         self._candidates, self._provenance = decoder(payload)
         self._decode = None
 
-    def has_head(self):
-        """Whether the best config and its run time are decoded."""
-        return self._best is not None
-
-    def set_head(self, best, run_time_us):
-        """Fills in a lazily decoded best config (the codec decodes many
-        at once)."""
-        if self._best is None:
-            self._best, self._run_time_us = best, run_time_us
-
     @property
     def best(self):
         if self._best is None:

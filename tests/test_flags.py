@@ -18,21 +18,95 @@ def test_parse_all_flags():
     assert opts.autotune_expected_gpu == "H200"
 
 
+# The flags users write, with their defaults: renaming one or changing a
+# default breaks every AUTOTUNE_FLAGS and configure() call that uses it.
+EXPECTED_DEFAULTS = {
+    "per_fusion_autotune_cache_dir": None,
+    "autotune_cache_mode": "update",
+    "dump_autotune_results_to": None,
+    "load_autotune_results_from": [],
+    "require_complete_autotune_results": False,
+    "autotune_backend": "auto",
+    "autotune_miss_policy": "tune",
+    "autotune_expected_gpu": None,
+    "autotune_report_to": None,
+    "autotune_fail_if_sharded": False,
+    "autotune_remote_cache": None,
+    "autotune_remote_cache_mode": "update",
+    "autotune_remote_cache_prefix": "autotune",
+    "autotune_remote_cache_expiry_s": 0,
+    "autotune_remote_cache_timeout_s": 1.0,
+    "autotune_remote_cache_password_file": None,
+    "autotune_remote_cache_ca_file": None,
+    "autotune_compile_check": None,
+    "autotune_incumbents_from": [],
+    "autotune_workers": 1,
+    "autotune_dropin": False,
+}
+
+
 def test_every_flag_has_a_python_api_keyword():
     import inspect
 
     import autotune
     assert "options" in str(inspect.signature(autotune.configure))
-    # The absl definitions and the Options fields are written apart: the
-    # same names, and the same defaults.
+    # Both the absl definitions and the Options fields hold every flag,
+    # with its default.
     from absl import flags as absl_flags
     defined = absl_flags.FlagValues()
     flags._define(defined)
-    defaults = {name: defined[name].default for name in defined}
-    options = vars(flags.Options())
-    assert set(defaults) == set(options)
-    assert {n: v for n, v in defaults.items() if v not in (None, [])} == \
-        {n: v for n, v in options.items() if v not in (None, [])}
+    assert {name: defined[name].default for name in defined} == \
+        EXPECTED_DEFAULTS
+    assert vars(flags.Options()) == EXPECTED_DEFAULTS
+    assert flags.flag_names() == list(EXPECTED_DEFAULTS)
+    for name in defined:
+        assert defined[name].help, name
+
+
+def test_list_defaults_are_not_shared():
+    first = flags.Options()
+    first.load_autotune_results_from.append("a.pb")
+    assert flags.Options().load_autotune_results_from == []
+
+
+def test_parsed_values_have_the_option_types():
+    opts = flags.parse(
+        "--autotune_remote_cache_expiry_s=5 "
+        "--autotune_remote_cache_timeout_s=2 --autotune_workers=2 "
+        "--autotune_dropin --autotune_remote_cache_mode=read", env={})
+    assert opts.autotune_remote_cache_expiry_s == 5
+    assert isinstance(opts.autotune_remote_cache_expiry_s, int)
+    assert opts.autotune_remote_cache_timeout_s == 2.0
+    assert isinstance(opts.autotune_remote_cache_timeout_s, float)
+    assert opts.autotune_workers == 2
+    assert opts.autotune_dropin is True
+    assert opts.autotune_remote_cache_mode == "read"
+    with pytest.raises(flags.AutotuneFlagsError, match="expiry"):
+        flags.parse("--autotune_remote_cache_expiry_s=-1", env={})
+    with pytest.raises(flags.AutotuneFlagsError, match="remote_cache_mode"):
+        flags.parse("--autotune_remote_cache_mode=write", env={})
+
+
+def test_every_path_flag_is_resolved():
+    env = {"TEST_UNDECLARED_OUTPUTS_DIR": "/out"}
+    opts = flags.parse(
+        " ".join(f"--{n}=TEST_UNDECLARED_OUTPUTS_DIR/{n}" for n in (
+            "per_fusion_autotune_cache_dir", "dump_autotune_results_to",
+            "load_autotune_results_from", "autotune_report_to",
+            "autotune_remote_cache_password_file",
+            "autotune_remote_cache_ca_file", "autotune_incumbents_from")),
+        env=env)
+    assert opts.per_fusion_autotune_cache_dir == \
+        "/out/per_fusion_autotune_cache_dir"
+    assert opts.dump_autotune_results_to == "/out/dump_autotune_results_to"
+    assert opts.load_autotune_results_from == [
+        "/out/load_autotune_results_from"]
+    assert opts.autotune_report_to == "/out/autotune_report_to"
+    assert opts.autotune_remote_cache_password_file == \
+        "/out/autotune_remote_cache_password_file"
+    assert opts.autotune_remote_cache_ca_file == \
+        "/out/autotune_remote_cache_ca_file"
+    assert opts.autotune_incumbents_from == ["/out/autotune_incumbents_from"]
 
 
 def test_empty_flags_give_defaults():
