@@ -30,12 +30,38 @@ XLA_CACHE = "testdata/xla_style.textproto"
 SUITE_CACHE = "testdata/fused_kernels.textproto"
 
 
+def git(ws, *args):
+    return subprocess.run(["git", "-c", "user.name=t", "-c",
+                           "user.email=t@localhost"] + list(args),
+                          cwd=ws, capture_output=True, text=True)
+
+
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def shared_workspace(tmp_path_factory):
+    """One copy and one Bazel server for the module; committed to git so
+    that each test can be handed the same starting tree."""
     ws = str(tmp_path_factory.mktemp("workspace"))
     suite.copy_workspace(ws)
+    assert git(ws, "init", "-q").returncode == 0
+    assert git(ws, "add", "-A").returncode == 0
+    assert git(ws, "commit", "-qm", "tree").returncode == 0
     yield ws
     suite.bazel(ws, ["shutdown"])
+
+
+@pytest.fixture
+def workspace(shared_workspace):
+    """The shared copy reset to its committed tree: whatever an earlier test
+    edited, deleted or added is put back (Bazel's outputs and the offline
+    rc stay, so the server and its caches carry over)."""
+    ws = shared_workspace
+    reset = git(ws, "checkout", "-q", "--", ".")
+    assert reset.returncode == 0, reset.stderr
+    clean = git(ws, "clean", "-fdxq", "-e", "/bazel-*",
+                "-e", "/.bazelrc.offline")
+    assert clean.returncode == 0, clean.stderr
+    assert git(ws, "status", "--porcelain").stdout == ""
+    return ws
 
 
 def run(ws, *args):
@@ -46,31 +72,6 @@ def regenerate(ws, *patterns):
     return subprocess.run(
         [sys.executable, os.path.join(ws, "tools", "regenerate.py")]
         + list(patterns), cwd=ws, text=True, capture_output=True)
-
-
-class Restore:
-    """Puts files back as they were after a test edits them."""
-
-    def __init__(self, ws, *paths):
-        self.paths = [os.path.join(ws, p) for p in paths]
-
-    def __enter__(self):
-        self.saved = {}
-        for p in self.paths:
-            if os.path.exists(p):
-                with open(p, "rb") as f:
-                    self.saved[p] = f.read()
-        return self
-
-    def __exit__(self, *exc):
-        for p in self.paths:
-            if p in self.saved:
-                with open(p, "wb") as f:
-                    f.write(self.saved[p])
-            elif os.path.isdir(p):
-                shutil.rmtree(p)
-            elif os.path.exists(p):
-                os.unlink(p)
 
 
 def write_package(ws, package, build, files=None):
@@ -87,7 +88,7 @@ def read(ws, rel):
         return f.read()
 
 
-def test_1_checked_in_caches_pass_bazel_test(workspace):
+def test_checked_in_caches_pass_bazel_test(workspace):
     result = run(workspace, "test", "//...")
     assert result.returncode == 0, result.stdout + result.stderr
     reports = suite.reports(workspace, SUITE)
@@ -97,7 +98,7 @@ def test_1_checked_in_caches_pass_bazel_test(workspace):
         assert report["misses"] == 0
 
 
-def test_2_dump_regenerate_load_cycle(workspace):
+def test_dump_regenerate_load_cycle(workspace):
     os.unlink(os.path.join(workspace, SUITE_CACHE))
     result = regenerate(workspace, "//examples/...")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -116,7 +117,7 @@ def test_2_dump_regenerate_load_cycle(workspace):
     assert sum(r["saved_seconds"] for r in reports) > 0
 
 
-def test_3_sharded_dump_fails_with_its_message(workspace):
+def test_sharded_dump_fails_with_its_message(workspace):
     target = SUITE + "_autotune_dump"
     result = run(workspace, "test", target, "--test_sharding_strategy=forced=2")
     if "Not a valid test sharding strategy" in result.stderr:
@@ -132,95 +133,92 @@ def test_3_sharded_dump_fails_with_its_message(workspace):
     assert "--test_sharding_strategy=disabled" in log
 
 
-def test_4_cache_of_another_device_is_reported(workspace):
+def test_cache_of_another_device_is_reported(workspace):
     target = "//examples:load_autotune_results_using_execpath_test"
-    with Restore(workspace, XLA_CACHE):
-        text = read(workspace, XLA_CACHE).decode()
-        path = os.path.join(workspace, XLA_CACHE)
-        with open(path, "w") as f:
-            f.write(text.replace("cpu/triton-interpreter",
-                                 "NVIDIA H100 80GB HBM3/sm_90/sms=132"))
-        result = run(workspace, "test", target)
-        assert result.returncode != 0  # require_complete: every fusion missed
-        log = suite.test_log(workspace, target)
-        assert "1 entries (NVIDIA H100 80GB HBM3" in log
-        assert "none for this device" in log
+    text = read(workspace, XLA_CACHE).decode()
+    path = os.path.join(workspace, XLA_CACHE)
+    with open(path, "w") as f:
+        f.write(text.replace("cpu/triton-interpreter",
+                             "NVIDIA H100 80GB HBM3/sm_90/sms=132"))
+    result = run(workspace, "test", target)
+    assert result.returncode != 0  # require_complete: every fusion missed
+    log = suite.test_log(workspace, target)
+    assert "1 entries (NVIDIA H100 80GB HBM3" in log
+    assert "none for this device" in log
 
 
-def test_5_require_complete_lists_a_removed_fusion(workspace):
-    with Restore(workspace, SUITE_CACHE):
-        path = os.path.join(workspace, SUITE_CACHE)
-        entries = results_io.load_results(path)
-        kept = [e for e in entries if "n_rows=3" not in e.key.signature]
-        assert len(kept) == len(entries) - 1
-        results_io.dump_results(kept, path)
-        result = run(workspace, "test", SUITE, "--test_output=errors")
-        assert result.returncode != 0
-        logs = "".join(suite.test_log(workspace, SUITE, f"shard_{i}_of_3")
-                       for i in (1, 2, 3))
-        assert "missing from the autotune cache" in logs
-        assert "softmax_kernel [n_rows=3,n_cols=20" in logs
+def test_require_complete_lists_a_removed_fusion(workspace):
+    path = os.path.join(workspace, SUITE_CACHE)
+    entries = results_io.load_results(path)
+    kept = [e for e in entries if "n_rows=3" not in e.key.signature]
+    assert len(kept) == len(entries) - 1
+    results_io.dump_results(kept, path)
+    result = run(workspace, "test", SUITE, "--test_output=errors")
+    assert result.returncode != 0
+    logs = "".join(suite.test_log(workspace, SUITE, f"shard_{i}_of_3")
+                   for i in (1, 2, 3))
+    assert "missing from the autotune cache" in logs
+    assert "softmax_kernel [n_rows=3,n_cols=20" in logs
 
 
-def test_6_missing_cache_label_fails_at_analysis(workspace):
-    with Restore(workspace, "bad"):
-        write_package(workspace, "bad", """\
-            load("@rules_python//python:defs.bzl", "py_test")
-            load("//rules:defs.bzl", "gpu_autotuned_test")
+def test_missing_cache_label_fails_at_analysis(workspace):
+    write_package(workspace, "bad", """\
+        load("@rules_python//python:defs.bzl", "py_test")
+        load("//rules:defs.bzl", "gpu_autotuned_test")
 
-            gpu_autotuned_test(
-                name = "t",
-                srcs = ["t.py"],
-                autotune_cache = "//testdata:no_such_cache.textproto",
-                test_rule = py_test,
-            )
-            """, {"t.py": ""})
-        result = run(workspace, "build", "//bad:t")
-        assert result.returncode != 0
-        assert "no_such_cache.textproto" in result.stderr
-
-
-def test_7_corrupt_checked_in_cache_fails_validation(workspace):
-    with Restore(workspace, XLA_CACHE):
-        data = read(workspace, XLA_CACHE)
-        with open(os.path.join(workspace, XLA_CACHE), "wb") as f:
-            f.write(data[:len(data) // 2])
-        result = run(workspace, "test", "//testdata:validate_xla_style")
-        assert result.returncode != 0
-        log = suite.test_log(workspace, "//testdata:validate_xla_style")
-        assert "xla_style.textproto" in log and "not a valid text" in log
+        gpu_autotuned_test(
+            name = "t",
+            srcs = ["t.py"],
+            autotune_cache = "//testdata:no_such_cache.textproto",
+            test_rule = py_test,
+        )
+        """, {"t.py": ""})
+    result = run(workspace, "build", "//bad:t")
+    assert result.returncode != 0
+    assert "no_such_cache.textproto" in result.stderr
 
 
-def test_8_regenerate_with_a_failing_dump_target(workspace):
-    with Restore(workspace, "failing", SUITE_CACHE, XLA_CACHE):
-        write_package(workspace, "failing", """\
-            load("@rules_python//python:defs.bzl", "py_test")
-            load("//rules:defs.bzl", "gpu_autotuned_test")
-
-            gpu_autotuned_test(
-                name = "broken_test",
-                srcs = ["broken_test.py"],
-                autotune_cache = "cache.textproto",
-                main = "broken_test.py",
-                test_rule = py_test,
-                deps = ["//:autotune"],
-            )
-            """, {"broken_test.py": "raise SystemExit('this suite is broken')\n"})
-        cache = os.path.join(workspace, "failing", "cache.textproto")
-        results_io.dump_results([], cache)
-        before = read(workspace, "failing/cache.textproto")
-        result = regenerate(workspace, "//examples/...", "//failing/...")
-        assert result.returncode == 1, result.stdout + result.stderr
-        assert "FAILED //failing:broken_test_autotune_dump" in result.stdout
-        assert "failing/cache.textproto left untouched" in result.stdout
-        assert read(workspace, "failing/cache.textproto") == before
-        # The other caches were regenerated.
-        assert "testdata/fused_kernels.textproto: 6 entries" in result.stdout
-        assert len(results_io.load_results(
-            os.path.join(workspace, SUITE_CACHE))) == 6
+def test_corrupt_checked_in_cache_fails_validation(workspace):
+    data = read(workspace, XLA_CACHE)
+    with open(os.path.join(workspace, XLA_CACHE), "wb") as f:
+        f.write(data[:len(data) // 2])
+    result = run(workspace, "test", "//testdata:validate_xla_style")
+    assert result.returncode != 0
+    log = suite.test_log(workspace, "//testdata:validate_xla_style")
+    assert "xla_style.textproto" in log and "not a valid text" in log
 
 
-def test_9_report_json_is_valid(workspace):
+def test_regenerate_with_a_failing_dump_target(workspace):
+    write_package(workspace, "failing", """\
+        load("@rules_python//python:defs.bzl", "py_test")
+        load("//rules:defs.bzl", "gpu_autotuned_test")
+
+        gpu_autotuned_test(
+            name = "broken_test",
+            srcs = ["broken_test.py"],
+            autotune_cache = "cache.textproto",
+            main = "broken_test.py",
+            test_rule = py_test,
+            deps = ["//:autotune"],
+        )
+        """, {"broken_test.py": "raise SystemExit('this suite is broken')\n"})
+    cache = os.path.join(workspace, "failing", "cache.textproto")
+    results_io.dump_results([], cache)
+    before = read(workspace, "failing/cache.textproto")
+    result = regenerate(workspace, "//examples/...", "//failing/...")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "FAILED //failing:broken_test_autotune_dump" in result.stdout
+    assert "failing/cache.textproto left untouched" in result.stdout
+    assert read(workspace, "failing/cache.textproto") == before
+    # The other caches were regenerated.
+    assert "testdata/fused_kernels.textproto: 6 entries" in result.stdout
+    assert len(results_io.load_results(
+        os.path.join(workspace, SUITE_CACHE))) == 6
+
+
+def test_report_json_is_valid(workspace):
+    result = run(workspace, "test", SUITE)
+    assert result.returncode == 0, result.stdout + result.stderr
     reports = suite.reports(workspace, SUITE)  # json.loads'ed
     assert len(reports) == 3
     for report in reports:
@@ -231,68 +229,53 @@ def test_9_report_json_is_valid(workspace):
                reports)
 
 
-def test_10_flags_from_env_and_macro_are_combined(workspace):
-    with Restore(workspace, "flags"):
-        write_package(workspace, "flags", """\
-            load("@rules_python//python:defs.bzl", "py_test")
-            load("//rules:defs.bzl", "gpu_autotuned_test")
+def test_flags_from_env_and_macro_are_combined(workspace):
+    write_package(workspace, "flags", """\
+        load("@rules_python//python:defs.bzl", "py_test")
+        load("//rules:defs.bzl", "gpu_autotuned_test")
 
-            gpu_autotuned_test(
-                name = "t",
-                srcs = ["t.py"],
-                autotune_cache = "//testdata:xla_style.textproto",
-                autotune_flags = ["--load_autotune_results_from=b.textproto"],
-                env = {"AUTOTUNE_FLAGS": "--load_autotune_results_from=a.textproto --autotune_miss_policy=nearest"},
-                test_rule = py_test,
-            )
-            """, {"t.py": ""})
-        write_package(workspace, "flags/twice", """\
-            load("@rules_python//python:defs.bzl", "py_test")
-            load("//rules:defs.bzl", "gpu_autotuned_test")
+        gpu_autotuned_test(
+            name = "t",
+            srcs = ["t.py"],
+            autotune_cache = "//testdata:xla_style.textproto",
+            autotune_flags = ["--load_autotune_results_from=b.textproto"],
+            env = {"AUTOTUNE_FLAGS": "--load_autotune_results_from=a.textproto --autotune_miss_policy=nearest"},
+            test_rule = py_test,
+        )
+        """, {"t.py": ""})
+    write_package(workspace, "flags/twice", """\
+        load("@rules_python//python:defs.bzl", "py_test")
+        load("//rules:defs.bzl", "gpu_autotuned_test")
 
-            gpu_autotuned_test(
-                name = "twice",
-                srcs = ["t.py"],
-                autotune_flags = ["--autotune_expected_gpu=H100"],
-                gpu_type = "H200",
-                test_rule = py_test,
-            )
-            """, {"t.py": ""})
-        result = run(workspace, "query", "--output=build", "//flags:t")
-        assert result.returncode == 0, result.stderr
-        flags = [line for line in result.stdout.splitlines()
-                 if '"AUTOTUNE_FLAGS"' in line][0]
-        # One --load_autotune_results_from with the three files, in order.
-        assert flags.count("--load_autotune_results_from=") == 1, flags
-        assert ("--load_autotune_results_from=a.textproto,b.textproto,"
-                "$(execpath //testdata:xla_style.textproto)") in flags, flags
-        assert "--autotune_miss_policy=nearest" in flags
-        result = run(workspace, "query", "//flags/twice:twice")
-        assert result.returncode != 0
-        assert "--autotune_expected_gpu is given twice" in result.stderr
+        gpu_autotuned_test(
+            name = "twice",
+            srcs = ["t.py"],
+            autotune_flags = ["--autotune_expected_gpu=H100"],
+            gpu_type = "H200",
+            test_rule = py_test,
+        )
+        """, {"t.py": ""})
+    result = run(workspace, "query", "--output=build", "//flags:t")
+    assert result.returncode == 0, result.stderr
+    flags = [line for line in result.stdout.splitlines()
+             if '"AUTOTUNE_FLAGS"' in line][0]
+    # One --load_autotune_results_from with the three files, in order.
+    assert flags.count("--load_autotune_results_from=") == 1, flags
+    assert ("--load_autotune_results_from=a.textproto,b.textproto,"
+            "$(execpath //testdata:xla_style.textproto)") in flags, flags
+    assert "--autotune_miss_policy=nearest" in flags
+    result = run(workspace, "query", "//flags/twice:twice")
+    assert result.returncode != 0
+    assert "--autotune_expected_gpu is given twice" in result.stderr
 
 
-def test_11_regenerate_on_an_unchanged_tree_changes_nothing(workspace):
+def test_regenerate_on_an_unchanged_tree_changes_nothing(workspace):
     """The checked-in caches are incumbents of the dump targets: two
     regenerates in a row leave every cache byte-identical, on the
     interpreter too, where timings vary by tens of percent."""
-    def git(*args):
-        return subprocess.run(["git", "-c", "user.name=t", "-c",
-                               "user.email=t@localhost"] + list(args),
-                              cwd=workspace, capture_output=True, text=True)
-    # The tree as committed: earlier tests tuned some caches afresh.
-    for cache in (SUITE_CACHE, XLA_CACHE):
-        shutil.copy(os.path.join(ROOT, cache), os.path.join(workspace, cache))
-    assert git("init", "-q").returncode == 0
-    git("add", "-A", "testdata", "examples", "autotune", "rules", "tools")
-    assert git("commit", "-qm", "tree").returncode == 0
-    try:
-        for attempt in (1, 2):
-            result = regenerate(workspace, "//examples/...")
-            assert result.returncode == 0, result.stdout + result.stderr
-            diff = git("diff", "--exit-code", "--stat", "testdata/")
-            assert diff.returncode == 0, (attempt, diff.stdout,
-                                          result.stdout)
-            assert "file unchanged" in result.stdout
-    finally:
-        shutil.rmtree(os.path.join(workspace, ".git"), ignore_errors=True)
+    for attempt in (1, 2):
+        result = regenerate(workspace, "//examples/...")
+        assert result.returncode == 0, result.stdout + result.stderr
+        diff = git(workspace, "diff", "--exit-code", "--stat", "testdata/")
+        assert diff.returncode == 0, (attempt, diff.stdout, result.stdout)
+        assert "file unchanged" in result.stdout
