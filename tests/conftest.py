@@ -21,3 +21,21 @@ def session_factory(tmp_path):
         return autotune.configure(**options)
     yield make
     autotune.runtime._SESSION = None
+
+
+# The remote cache tests share these: one real redis-server per test module
+# (started only by a module that asks for it), emptied before each test.
+@pytest.fixture(scope="module")
+def server():
+    from redis_support import RedisServer
+    srv = RedisServer()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def redis_db(server):
+    client = server.client()
+    client.flushall()
+    yield client
+    client.close()

@@ -19,21 +19,6 @@ from tests_support import entry_for
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = RedisServer()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def redis_db(server):
-    client = server.client()
-    client.flushall()
-    yield client
-    client.close()
-
-
 def _remote_keys(client):
     return sorted(k.decode() for k in client.keys("*"))
 

@@ -1,8 +1,6 @@
 """Cache tool push / pull / stats against a real redis-server."""
 import json
 
-import pytest
-
 from autotune import cache_tool, remote_cache
 from autotune.codec import dump_results, load_results
 from autotune.records import Config
@@ -12,21 +10,6 @@ from tests_support import entry_for
 
 FAST = Config({"BLOCK": 16}, num_warps=2)
 SLOW = Config({"BLOCK": 32}, num_warps=4)
-
-
-@pytest.fixture(scope="module")
-def server():
-    srv = RedisServer()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def redis_db(server):
-    client = server.client()
-    client.flushall()
-    yield client
-    client.close()
 
 
 def _file(path, entries):
