@@ -80,17 +80,6 @@ def _heuristic_sources(kernel):
     return parts
 
 
-def _constexpr_args(fn):
-    """Names of the kernel's tl.constexpr parameters."""
-    out = set()
-    for name, param in inspect.signature(fn).parameters.items():
-        ann = param.annotation
-        text = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
-        if "constexpr" in str(text):
-            out.add(name)
-    return out
-
-
 def _no_pre_hook(kwargs, reset_only=False):
     return 0
 
@@ -175,7 +164,7 @@ class Autotuner(KernelInterface):
                         if space is None and len(self.configs) == 1 else None)
         self._single_launch = self._single.all_kwargs() \
             if self._single is not None else None
-        self.constexpr_names = sorted(_constexpr_args(self.base_fn) - tuned
+        self.constexpr_names = sorted(set(cache_key.constexpr_names(self.base_fn)) - tuned
                                       - set(self.keys))
         # Triton's hooks: a user hook replaces the default one, which resets
         # reset_to_zero and restores restore_value around every launch

@@ -155,3 +155,15 @@ def file_name(key):
     safe = "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_"
                    for c in key.kernel[:64])
     return f"{safe}.{digest}.textproto"
+
+
+def constexpr_names(fn):
+    """Names of the Python function's tl.constexpr parameters, in order
+    (the annotation may be the class or its name as a string)."""
+    out = []
+    for name, param in inspect.signature(fn).parameters.items():
+        ann = param.annotation
+        text = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+        if "constexpr" in str(text):
+            out.append(name)
+    return out

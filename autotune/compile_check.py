@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+from autotune import cache_key
+
 # Per compute capability: dynamic shared memory per block (the opt-in
 # maximum, which Triton requests), registers per block, threads per block.
 # From the CUDA programming guide's table of compute capabilities.
@@ -115,20 +117,10 @@ def triton_type(value):
     raise CompileCheckError(f"no Triton type for {type(value).__name__}")
 
 
-def constexpr_names(fn):
-    out = []
-    for name, param in inspect.signature(fn).parameters.items():
-        ann = param.annotation
-        text = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
-        if "constexpr" in str(text):
-            out.append(name)
-    return out
-
-
 def call_signature(fn, named):
     """{arg: type or constexpr value} from the arguments of one launch
     (tuned constexprs come from each config)."""
-    consts = set(constexpr_names(fn))
+    consts = set(cache_key.constexpr_names(fn))
     out = {}
     for name, value in named.items():
         out[name] = value if name in consts else triton_type(value)
@@ -196,7 +188,7 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
     params = inspect.signature(fn).parameters
     full = dict(signature)
     full.update(config_kwargs)
-    consts = set(constexpr_names(fn))
+    consts = set(cache_key.constexpr_names(fn))
     types, constexprs = {}, {}
     for name in jit.arg_names:
         if name in consts:
@@ -445,7 +437,7 @@ def signature_from_cache(text, template, fn):
                 if dtype in _TORCH_TO_TRITON:
                     sig[name] = "*" + _TORCH_TO_TRITON[dtype]
         else:
-            consts = set(constexpr_names(fn))
+            consts = set(cache_key.constexpr_names(fn))
             for item in filter(None, part.split(",")):
                 name, _, value = item.partition("=")
                 if name in consts:
