@@ -15,7 +15,8 @@ of a cached config are not counted twice).
 Prints the median, mean and worst best-found time over the seeds, as a
 multiple of each table's true optimum, and the share of runs whose returned
 config is a local optimum (no config one parameter away in the space is
-faster); then the cross-GPU table: this search seeded from another GPU's
+faster); each table's landscape (how many configs lie near the optimum, its
+local optima and the share of steepest descents that end in each); then the cross-GPU table: this search seeded from another GPU's
 table (its best config of each basin of the two-valued parameters) against
 the same search unseeded. --synthetic adds the synthetic landscapes of
 autotune.search.synthetic to the first table.
@@ -179,6 +180,10 @@ def main():
                 f"{c:>27}" for c in cells))
         print(f"{'local optimum, all':<29} " + " ".join(
             f"{local_rate(all_runs[t]):>27}" for t in tools))
+        print("\nthe tables' landscapes (python -m autotune.search.simulate "
+              "TABLE --landscape):")
+        for name, table in tables.items():
+            print(f"  {name}: {table.landscape().summary()}")
         for budget in [int(b) for b in args.local_budgets.split(",") if b]:
             runs = {name: [ours(table, s, budget) for s in seeds]
                     for name, table in tables.items()}

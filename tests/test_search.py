@@ -417,3 +417,41 @@ def test_workers_flag_is_checked():
         flags.parse("--autotune_workers=0")
     with pytest.raises(flags.AutotuneFlagsError, match="whole number"):
         flags.resolve_options(flags.Options(autotune_workers="2"))
+
+
+def two_optima_table(path):
+    """a, b in 0..2: local optima at (0, 0) (1 ms) and (2, 2) (1.5 ms);
+    (1, 1) fails."""
+    times = [[1.0, 5.0, 6.0], [5.0, "RuntimeFailedConfig", 8.0],
+             [6.0, 8.0, 1.5]]
+    cache = {f"{a},{b}": {"a": a, "b": b, "time": times[a][b]}
+             for a in range(3) for b in range(3)}
+    with gzip.open(path, "wt") as f:
+        json.dump({"device_name": "two optima",
+                   "tune_params": {"a": [0, 1, 2], "b": [0, 1, 2]},
+                   "tune_params_keys": ["a", "b"], "cache": cache}, f)
+    return str(path)
+
+
+def test_landscape_finds_local_optima_and_their_basins(tmp_path):
+    table = simulate.TimingTable(two_optima_table(tmp_path / "t.json.gz"))
+    land = table.landscape()
+    # Steepest descents: (0,1) (1,0) (0,2) (2,0) end at (0,0); (1,2) and
+    # (2,1) at (2,2). The failed (1,1) is neither a start nor an end.
+    assert land.optima == [(1.0, 5), (1.5, 3)]
+    assert (land.size, land.measured) == (9, 8)
+    assert land.optimum_basin() == 5 / 8
+    assert land.within(1.01) == 1 and land.within(1.5) == 2
+    for key in [(0, 0), (2, 2)]:
+        assert table.faster_neighbour(table.config_of(key)) is None
+
+
+def test_simulate_cli_landscape(tmp_path):
+    path = two_optima_table(tmp_path / "t.json.gz")
+    result = subprocess.run([sys.executable, "-m", "autotune.search.simulate",
+                             path, "--landscape"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "9 configs, 8 measured" in result.stdout
+    assert "2 local optima" in result.stdout
+    assert "1.000x (62%), 1.500x (38%)" in result.stdout

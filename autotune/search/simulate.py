@@ -5,8 +5,10 @@ Reads Kernel Tuner cache files (JSON, optionally gzipped: `tune_params`,
 failure string) and T1 space files (constraints under
 ConfigurationSpace.Conditions).
 """
+import collections
 import gzip
 import json
+import math
 import os
 
 from autotune.records import Config
@@ -90,29 +92,93 @@ class TimingTable:
     def config_of(self, values):
         return Config(dict(zip(self.keys, values)), 4, 2)
 
-    def faster_neighbour(self, config):
-        """A config of the space one parameter away from `config` that the
-        table says is faster, or None: None means a local optimum."""
+    def _valid_keys(self):
         if self._valid is None:
             self._valid = {self.key_of(c) for c in self.space.configs()}
-        own = self.times.get(self.key_of(config))
-        if not isinstance(own, float):
-            return None
-        key = self.key_of(config)
+        return self._valid
+
+    def _neighbour_keys(self, key):
+        """Keys of the space one parameter away from `key` (any value)."""
+        valid = self._valid_keys()
         for i, name in enumerate(self.keys):
             for value in self.params[name]:
                 other = key[:i] + (value,) + key[i + 1:]
-                if other == key or other not in self._valid:
-                    continue
-                t = self.times.get(other)
-                if isinstance(t, float) and t < own:
-                    return self.config_of(other)
+                if other != key and other in valid:
+                    yield other
+
+    def faster_neighbour(self, config):
+        """A config of the space one parameter away from `config` that the
+        table says is faster, or None: None means a local optimum."""
+        key = self.key_of(config)
+        own = self.times.get(key)
+        if not isinstance(own, float):
+            return None
+        for other in self._neighbour_keys(key):
+            t = self.times.get(other)
+            if isinstance(t, float) and t < own:
+                return self.config_of(other)
         return None
+
+    def landscape(self):
+        """How hard the table is for a search that climbs one parameter at
+        a time: its local optima, and where a steepest descent from each
+        config of the space ends. Failed and missing configs are never a
+        destination."""
+        def time_of(key):
+            t = self.times.get(key)
+            return t if isinstance(t, float) else math.inf
+        start = [k for k in self._valid_keys()
+                 if isinstance(self.times.get(k), float)]
+        ends = {}
+        for key in start:
+            path = []
+            while key not in ends:
+                path.append(key)
+                nxt = min(self._neighbour_keys(key), key=time_of,
+                          default=key)
+                if time_of(nxt) >= time_of(key):
+                    ends[key] = key
+                    break
+                key = nxt
+            for k in path:
+                ends[k] = ends[key]
+        optimum = self.optimum()
+        basins = collections.Counter(ends[k] for k in start)
+        optima = sorted((time_of(k) / optimum, basins[k]) for k in basins)
+        return Landscape(len(self._valid_keys()), len(start), optima,
+                         [time_of(k) / optimum for k in start])
 
     def ranked(self):
         """Measured configs, fastest first."""
         good = [(t, k) for k, t in self.times.items() if isinstance(t, float)]
         return [self.config_of(k) for t, k in sorted(good)]
+
+
+class Landscape:
+    """What TimingTable.landscape() finds. optima: (time / optimum, how
+    many configs' steepest descent ends there), fastest first."""
+
+    def __init__(self, size, measured, optima, ratios):
+        self.size = size
+        self.measured = measured
+        self.optima = optima
+        self.ratios = ratios
+
+    def optimum_basin(self):
+        """Share of the measured configs whose descent ends at the optimum."""
+        return self.optima[0][1] / self.measured
+
+    def within(self, factor):
+        return sum(r <= factor for r in self.ratios)
+
+    def summary(self):
+        shown = ", ".join(f"{r:.3f}x ({100.0 * n / self.measured:.0f}%)"
+                          for r, n in self.optima[:5])
+        return (f"{self.size} configs, {self.measured} measured; "
+                f"{self.within(1.01)} within 1% of the optimum, "
+                f"{self.within(1.05)} within 5%; {len(self.optima)} local "
+                f"optima (time / optimum, share of descents ending there): "
+                f"{shown}")
 
 
 def _number(text):
@@ -140,7 +206,8 @@ def load_benchmark_hub(directory):
     return tables
 
 
-__all__ = ["TimingTable", "TableError", "TableMiss", "load_benchmark_hub",
+__all__ = ["TimingTable", "TableError", "TableMiss", "Landscape",
+           "load_benchmark_hub",
            "load_t1_constraints", "SpaceError"]
 
 
@@ -166,6 +233,10 @@ def main(argv=None):
                         help="a config the table does not hold counts as a "
                         "failed measurement (incomplete tables) instead of "
                         "stopping with an error")
+    parser.add_argument("--landscape", action="store_true",
+                        help="describe the table instead of searching it: "
+                        "configs near the optimum, local optima, and where "
+                        "a steepest descent from every config ends")
     args = parser.parse_args(argv)
     missing = []
     try:
@@ -173,6 +244,9 @@ def main(argv=None):
         if args.constraints:
             constraints = load_t1_constraints(args.constraints) + constraints
         table = TimingTable(args.table, constraints)
+        if args.landscape:
+            print(f"{args.table}: {table.landscape().summary()}")
+            return 0
 
         def measure(config):
             try:
