@@ -122,17 +122,19 @@ def test_categorical_basins_each_keep_a_leader(tmp_path):
     assert leaders[:2] == [broad[0], optimum]
 
 
-def test_categorical_two_basins_diversity_finds_the_better_one(tmp_path):
-    """Without leaders far from the best (max_leaders=0) the search settles
-    in whichever basin it climbs first; with them, both are refined."""
+def test_categorical_two_basins_the_better_one_is_found(tmp_path):
+    """3-4-valued string parameters, two basins whose centres differ in
+    every parameter, the faster one narrow: most runs end at its optimum,
+    and none sits at the broad basin's bottom without sweeping it (random
+    sampling of the same budget: mean 1.09x the optimum)."""
     table = synthetic_landscape(tmp_path, "two_basin_categorical")
-
-    def found(**options):
-        return sum(search_on(table, 150, seed, **options).best.time == 1.0
-                   for seed in range(8))
-    with_leaders = found()
-    assert with_leaders >= 4
-    assert with_leaders > found(max_leaders=0)
+    runs = [search_on(table, 200, seed) for seed in range(16)]
+    found = sum(r.best.time == 1.0 for r in runs)
+    assert found >= 10, found
+    mean = sum(r.best.time for r in runs) / len(runs)
+    assert mean <= 1.04, mean
+    for r in runs:
+        assert table.faster_neighbour(r.best.config) is None
 
 
 @pytest.mark.parametrize("name,budget", [("isolated_optimum", 50),
@@ -455,3 +457,24 @@ def test_simulate_cli_landscape(tmp_path):
     assert "9 configs, 8 measured" in result.stdout
     assert "2 local optima" in result.stdout
     assert "1.000x (62%), 1.500x (38%)" in result.stdout
+
+
+def test_model_learns_an_interaction_of_two_parameters():
+    """Fast exactly when a and b differ: no sum of one-parameter effects
+    says so (every value of a, and of b, is fast as often as slow), the
+    surrogate's pair terms do."""
+    space = Space({"a": ["p", "q", "r"], "b": ["p", "q", "r"],
+                   "c": [1, 2, 3]})
+    search = ev.EvolutionarySearch(space, budget=10)
+    names = search.enc.names
+
+    def time_of(genome):
+        v = dict(zip(names, genome))
+        return 1.0 if v["a"] != v["b"] else 2.0
+    held_out = [g for g in search.valid_list if g[names.index("c")] == 0]
+    measured = {g: ev.Measurement(search.valid[g], time_of(g))
+                for g in search.valid_list if g not in held_out}
+    weights = search._fit(measured)
+    ranked = search._rank(weights, held_out)
+    assert sorted(time_of(g) for g in ranked[:6]) == [1.0] * 6
+    assert [time_of(g) for g in ranked[6:]] == [2.0] * 3

@@ -3,8 +3,10 @@
 A genetic algorithm (tournament selection, uniform crossover, mutation,
 elitism) whose offspring are screened by a cheap surrogate before any of
 them is measured: a ridge regression of log run time on one-hot values,
-scaled values of the ordered parameters and their pairwise products,
-refitted on every measurement so far. Each generation measures the
+scaled values of the ordered parameters and their pairwise products, and
+one-hot pairs of values of every two parameters (interactions, such as a
+tile shape that is fast only when the other tile size is small), refitted
+on every measurement so far. Each generation measures the
 offspring the model ranks best, a few random ones (exploration), and the
 untried neighbours of the leaders (local refinement). Measurements are the
 expensive part (a compile and a benchmark on a GPU), so a few milliseconds
@@ -73,6 +75,11 @@ class SearchResult:
 
 FIXED, BINARY, ORDINAL, CATEGORICAL = "fixed", "binary", "ordinal", "categorical"
 
+MAX_INTERACTION_CELLS = 100
+# Ridge penalties: interactions are shrunk harder than main effects, so a
+# pair's cell moves the prediction only when the data insist on it.
+MAIN_PENALTY, INTERACTION_PENALTY = 1.0, 3.0
+
 
 def _parameter_kind(values):
     if len(values) < 2:
@@ -102,6 +109,17 @@ class _Encoding:
                       for vals in self.values]
         self.varying = [d for d, kind in enumerate(self.kinds)
                         if kind != FIXED]
+        # Interactions of every two parameters, as one-hot pairs of values;
+        # a pair with more combinations than this is left out, which bounds
+        # the model's size for parameters with many values.
+        self.pairs = [(a, b) for i, a in enumerate(self.varying)
+                      for b in self.varying[i + 1:]
+                      if len(self.values[a]) * len(self.values[b])
+                      <= MAX_INTERACTION_CELLS]
+        numeric = sum(kind != CATEGORICAL for kind in
+                      (self.kinds[d] for d in self.varying))
+        self.main_width = (1 + sum(len(self.values[d]) for d in self.varying)
+                           + numeric + numeric * (numeric - 1) // 2)
         # Ordinal values on [0, 1] by their logarithm when all are positive
         # (sizes: 16 to 32 is as big a step as 128 to 256), else by index.
         self.scaled = {}
@@ -136,6 +154,11 @@ class _Encoding:
                      for i in range(num.shape[1] - 1)]
             if pairs:
                 cols.append(np.concatenate(pairs, axis=1))
+        for a, b in self.pairs:
+            width = len(self.values[b])
+            cells = np.zeros((len(g), len(self.values[a]) * width))
+            cells[np.arange(len(g)), g[:, a] * width + g[:, b]] = 1.0
+            cols.append(cells)
         return np.concatenate(cols, axis=1)
 
     def distance(self, a, b):
@@ -163,7 +186,7 @@ class EvolutionarySearch:
     def __init__(self, space, budget=100, time_budget_s=None, seed=0,
                  seeds=(), population=16, batch=6, explore=0.25,
                  global_pool=300, niche_reach=3.0, local_per_niche=4,
-                 max_leaders=3, refine_margin=0.75, seed_share=0.5,
+                 max_leaders=3, refine_margin=1.25, seed_share=0.5,
                  far_leaders_as_parents=False, pair_moves=2):
         if budget is None or budget <= 0:
             raise SearchError(f"evaluation budget must be positive, got "
@@ -305,13 +328,23 @@ class EvolutionarySearch:
         y = np.array([math.log(m.time) if m.ok else worst
                       for m in measured.values()])
         x = self.enc.features(genomes)
-        lam = 1.0
-        a = x.T @ x + lam * np.eye(x.shape[1])
-        a[0, 0] -= lam  # do not shrink the intercept
+        penalty = np.full(x.shape[1], INTERACTION_PENALTY)
+        penalty[:self.enc.main_width] = MAIN_PENALTY
+        # The intercept is not shrunk: it is the mean, fitted by centring.
+        mean = y.mean()
+        x, y, penalty = x[:, 1:], y - mean, penalty[1:]
         try:
-            return np.linalg.solve(a, x.T @ y)
+            if x.shape[1] > len(y):
+                # More features than measurements: the same ridge solution
+                # from the (measurements x measurements) system.
+                scaled = x / penalty
+                a = np.linalg.solve(scaled @ x.T + np.eye(len(y)), y)
+                w = scaled.T @ a
+            else:
+                w = np.linalg.solve(x.T @ x + np.diag(penalty), x.T @ y)
         except np.linalg.LinAlgError:
             return None
+        return np.concatenate([[mean], w])
 
     def _rank(self, weights, pool):
         if weights is None or not pool:
