@@ -471,6 +471,10 @@ def test_model_learns_an_interaction_of_two_parameters():
     def time_of(genome):
         v = dict(zip(names, genome))
         return 1.0 if v["a"] != v["b"] else 2.0
+    # Main effects first (the lighter penalty), then one cell per pair of
+    # values of every two parameters: 3 pairs of 9 cells here.
+    assert search.enc.features(search.valid_list[:1]).shape[1] == \
+        search.enc.main_width + 27
     held_out = [g for g in search.valid_list if g[names.index("c")] == 0]
     measured = {g: ev.Measurement(search.valid[g], time_of(g))
                 for g in search.valid_list if g not in held_out}

@@ -330,7 +330,8 @@ class EvolutionarySearch:
         x = self.enc.features(genomes)
         penalty = np.full(x.shape[1], INTERACTION_PENALTY)
         penalty[:self.enc.main_width] = MAIN_PENALTY
-        # The intercept is not shrunk: it is the mean, fitted by centring.
+        # The intercept is the targets' mean and is not shrunk; the other
+        # weights fit the deviations from it.
         mean = y.mean()
         x, y, penalty = x[:, 1:], y - mean, penalty[1:]
         try:
