@@ -19,7 +19,9 @@ faster); each table's landscape (how many configs lie near the optimum, its
 local optima and the share of steepest descents that end in each); then the cross-GPU table: this search seeded from another GPU's
 table (its best config of each basin of the two-valued parameters) against
 the same search unseeded. --synthetic adds the synthetic landscapes of
-autotune.search.synthetic to the first table.
+autotune.search.synthetic to the first table (built from seed 0;
+--synthetic_seeds 1,2,3 builds other instances of the same kinds, tables
+no setting of the search was chosen on).
 """
 import argparse
 import contextlib
@@ -132,6 +134,9 @@ def main():
                         "strategy names")
     parser.add_argument("--synthetic", action="store_true",
                         help="add the synthetic landscapes")
+    parser.add_argument("--synthetic_seeds", default="0",
+                        help="comma-separated seeds of the synthetic "
+                        "landscapes (with --synthetic)")
     parser.add_argument("--no_recorded", action="store_true",
                         help="skip the recorded tables (and cross-GPU)")
     parser.add_argument("--no_cross", action="store_true")
@@ -156,11 +161,14 @@ def main():
     all_runs = {t: [] for t in tools}
     with tempfile.TemporaryDirectory() as tmp:
         if args.synthetic:
-            for name, make in synthetic.LANDSCAPES.items():
-                path = synthetic.write(os.path.join(tmp, name + ".json.gz"),
-                                       make(0))
-                tables[name] = simulate.TimingTable(path)
-                restrictions[name] = []
+            for seed in [int(x) for x in args.synthetic_seeds.split(",")]:
+                for name, make in synthetic.LANDSCAPES.items():
+                    label = name if seed == 0 else f"{name}-{seed}"
+                    path = synthetic.write(
+                        os.path.join(tmp, f"{name}-{seed}.json.gz"),
+                        make(seed))
+                    tables[label] = simulate.TimingTable(path)
+                    restrictions[label] = []
         for gpu, table in tables.items():
             kt_cache = os.path.join(tmp, f"{gpu}.json")
             with gzip.open(table.path, "rb") as src, \
