@@ -30,28 +30,27 @@ KERNEL = "autotune/kernels/softmax.py"
 SUITE = "examples/fused_kernels_test.py"
 
 
-def kernel_edit(ws):
-    path = os.path.join(ws, KERNEL)
+def insert_before(ws, rel, anchor, text, what):
+    path = os.path.join(ws, rel)
     with open(path) as f:
-        text = f.read()
-    anchor = "    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)\n"
-    assert anchor in text, "softmax kernel changed; update the benchmark"
+        content = f.read()
+    assert anchor in content, f"{what} changed; update the benchmark"
     with open(path, "w") as f:
-        f.write(text.replace(anchor, "    # rows of this program\n" + anchor))
+        f.write(content.replace(anchor, text + anchor))
+
+
+def kernel_edit(ws):
+    insert_before(ws, KERNEL,
+                  "    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)\n",
+                  "    # rows of this program\n", "softmax kernel")
 
 
 def new_shape(ws):
-    path = os.path.join(ws, SUITE)
-    with open(path) as f:
-        text = f.read()
-    anchor = "    def test_layernorm(self):\n"
-    assert anchor in text, "example suite changed; update the benchmark"
-    extra = ("    def test_softmax_new_shape(self):\n"
-             "        x = torch.randn(5, 40)\n"
-             "        torch.testing.assert_close(softmax.softmax(x), "
-             "softmax.reference(x))\n\n")
-    with open(path, "w") as f:
-        f.write(text.replace(anchor, extra + anchor))
+    insert_before(ws, SUITE, "    def test_layernorm(self):\n",
+                  "    def test_softmax_new_shape(self):\n"
+                  "        x = torch.randn(5, 40)\n"
+                  "        torch.testing.assert_close(softmax.softmax(x), "
+                  "softmax.reference(x))\n\n", "example suite")
 
 
 CHANGES = [("unchanged", None), ("kernel_edit", kernel_edit),

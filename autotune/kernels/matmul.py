@@ -173,8 +173,6 @@ def candidate_objective(device, M=48, N=48, K=64, activation="relu",
         name="matmul_bias_act_kernel")
 
     def objective(config):
-        candidate, timing = evaluator(config)
-        return Measurement(config, candidate.run_time_us if candidate.ok
-                           else None, candidate.failure,
-                           candidate.failure_detail, None)
+        candidate, _ = evaluator(config)
+        return Measurement.of_candidate(config, candidate)
     return objective

@@ -62,6 +62,12 @@ class Measurement:
     def ok(self):
         return self.failure == "NONE" and self.time is not None
 
+    @classmethod
+    def of_candidate(cls, config, candidate, timing=None):
+        """The measurement a tuner Candidate reports for `config`."""
+        return cls(config, candidate.run_time_us if candidate.ok else None,
+                   candidate.failure, candidate.failure_detail, timing)
+
 
 class SearchResult:
     def __init__(self, measurements, seconds, stopped_by):
@@ -531,16 +537,11 @@ def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),
     search = EvolutionarySearch(space, budget=budget, seed=seed, seeds=seeds,
                                 time_budget_s=time_budget_s)
 
-    def as_measurement(config, candidate, timing):
-        return Measurement(config, candidate.run_time_us if candidate.ok
-                           else None, candidate.failure,
-                           candidate.failure_detail, timing)
-
     def measure(config):
-        return as_measurement(config, *evaluator(config))
+        return Measurement.of_candidate(config, *evaluator(config))
 
     def measure_many(configs):
-        return [as_measurement(c, *answer)
+        return [Measurement.of_candidate(c, *answer)
                 for c, answer in zip(configs, pool.measure_many(configs))]
     if pool is None:
         result = search.run(measure)

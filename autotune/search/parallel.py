@@ -187,10 +187,7 @@ class ParallelEvaluator:
 def _evaluator_objective(evaluator):
     """objective(config) -> Measurement over a tuner.CandidateEvaluator."""
     def objective(config):
-        candidate, timing = evaluator(config)
-        return Measurement(config, candidate.run_time_us if candidate.ok
-                           else None, candidate.failure,
-                           candidate.failure_detail, timing)
+        return Measurement.of_candidate(config, *evaluator(config))
     return objective
 
 
