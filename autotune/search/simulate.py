@@ -177,7 +177,8 @@ class Landscape:
         return (f"{self.size} configs, {self.measured} measured; "
                 f"{self.within(1.01)} within 1% of the optimum, "
                 f"{self.within(1.05)} within 5%; {len(self.optima)} local "
-                f"optima (time / optimum, share of descents ending there): "
+                f"{'optimum' if len(self.optima) == 1 else 'optima'} (time / "
+                f"optimum, share of descents ending there): "
                 f"{shown}")
 
 
