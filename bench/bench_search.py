@@ -16,7 +16,11 @@ Prints the median, mean and worst best-found time over the seeds, as a
 multiple of each table's true optimum, and the share of runs whose returned
 config is a local optimum (no config one parameter away in the space is
 faster); each table's landscape (how many configs lie near the optimum, its
-local optima and the share of steepest descents that end in each); then the cross-GPU table: this search seeded from another GPU's
+local optima and the share of steepest descents that end in each);
+with --local_budgets, this search's local-optimum rate at smaller budgets
+beside that of plain hill climbing (TimingTable.hill_climb), which spends
+every evaluation climbing and so shows what a budget allows; then the
+cross-GPU table: this search seeded from another GPU's
 table (its best config of each basin of the two-valued parameters) against
 the same search unseeded. --synthetic adds the synthetic landscapes of
 autotune.search.synthetic to the first table (built from seed 0;
@@ -81,6 +85,11 @@ def ours(table, seed, budget, seeds=()):
     assert len({m.config for m in result.measurements}) == \
         len(result.measurements)
     return Run(table, result.best.config, result.best.time)
+
+
+def hill_climb(table, seed, budget):
+    key, _ = table.hill_climb(budget, seed)
+    return Run(table, table.config_of(key), table.times[key])
 
 
 def kernel_tuner_run(kt_cache, table, restrictions, strategy, seed, budget):
@@ -200,6 +209,15 @@ def main():
                   f"{local_rate(pooled).strip()} of runs (" + ", ".join(
                       f"{n} {local_rate(rs).strip()}"
                       for n, rs in runs.items()) + ")")
+            climbs = {name: [hill_climb(table, s, budget) for s in seeds]
+                      for name, table in tables.items()}
+            print(f"  reference, hill climbing from one random config "
+                  f"with every evaluation spent climbing: local optimum in "
+                  f"{local_rate([r for rs in climbs.values() for r in rs]).strip()}"
+                  " (" + ", ".join(
+                      f"{n} {local_rate(rs).strip()}, mean "
+                      f"{statistics.mean(r.ratio for r in rs):.3f}"
+                      for n, rs in climbs.items()) + ")")
     if args.no_recorded or args.no_cross:
         print(f"\n({time.time() - start:.0f} s)")
         return

@@ -448,6 +448,20 @@ def test_landscape_finds_local_optima_and_their_basins(tmp_path):
         assert table.faster_neighbour(table.config_of(key)) is None
 
 
+def test_hill_climb_reference_ends_at_a_verified_local_optimum(tmp_path):
+    table = simulate.TimingTable(two_optima_table(tmp_path / "t.json.gz"))
+    ends = set()
+    for seed in range(12):
+        key, verified = table.hill_climb(9, seed)
+        assert verified and key in [(0, 0), (2, 2)], (seed, key)
+        assert table.hill_climb(9, seed) == (key, verified)  # deterministic
+        ends.add(key)
+        # Two evaluations cannot measure the four neighbours of any end.
+        key, verified = table.hill_climb(2, seed)
+        assert not verified and isinstance(table.times[key], float)
+    assert ends == {(0, 0), (2, 2)}  # starts differ with the seed
+
+
 def test_simulate_cli_landscape(tmp_path):
     path = two_optima_table(tmp_path / "t.json.gz")
     result = subprocess.run([sys.executable, "-m", "autotune.search.simulate",

@@ -10,6 +10,7 @@ import gzip
 import json
 import math
 import os
+import random
 
 from autotune.records import Config
 from autotune.search.space import Space, SpaceError
@@ -118,6 +119,35 @@ class TimingTable:
             if isinstance(t, float) and t < own:
                 return self.config_of(other)
         return None
+
+    def hill_climb(self, budget, seed):
+        """A reference for how often a search can end at a local optimum
+        within `budget` evaluations: first-improvement hill climbing from
+        one random config, every evaluation spent climbing (neighbours in
+        random order; a faster one is moved to at once). Returns the key it
+        ends at and whether that is a local optimum it has verified (every
+        neighbour measured)."""
+        rng = random.Random(seed)
+
+        def time_of(key):
+            t = self.times.get(key)
+            return t if isinstance(t, float) else math.inf
+        start = [k for k in sorted(self._valid_keys(), key=repr)
+                 if isinstance(self.times.get(k), float)]
+        current = rng.choice(start)
+        seen = {current}
+        while len(seen) < budget:
+            untried = [k for k in self._neighbour_keys(current)
+                       if k not in seen]
+            if not untried:
+                return current, True
+            rng.shuffle(untried)
+            for key in untried[:budget - len(seen)]:
+                seen.add(key)
+                if time_of(key) < time_of(current):
+                    current = key
+                    break
+        return current, all(k in seen for k in self._neighbour_keys(current))
 
     def landscape(self):
         """How hard the table is for a search that climbs one parameter at
