@@ -9,9 +9,10 @@ macros, for projects that test their Triton kernels with plain pytest.
     pytest --autotune-update    # tune what the selected tests meet and
                                 # rewrite the cache, keeping other entries
 
-Installed, it is registered as `autotune` (entry point `pytest11`), so
-`-p no:autotune` turns it off; from a checkout, `-p autotune.pytest_plugin`.
-It does nothing unless a cache is configured.
+Installed, its entry point (the top-level module pytest_autotune) is
+registered as `autotune`, so `-p no:autotune` turns it off; from a
+checkout, `-p pytest_autotune`. That module declares the options and
+imports this one only when a session asks for autotuning.
 
 With pytest-xdist each worker runs its own autotuning session; the
 controller adds up the statistics and, in update mode, merges the workers'
@@ -25,10 +26,8 @@ import tempfile
 
 import pytest
 
-INI_CACHE = "autotune_cache"
-INI_REQUIRE = "autotune_require_complete"
-INI_BACKEND = "autotune_backend"
-INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND)
+from pytest_autotune import INI_BACKEND, INI_CACHE, INI_KEYS, INI_REQUIRE
+
 BACKENDS = ("auto", "gpu", "interpreter")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -38,42 +37,10 @@ WORKER_KEY = "autotune"
 SHARED_DIR_KEY = "autotune_shared_fusion_dir"
 
 
-def pytest_addoption(parser):
-    group = parser.getgroup("autotune", "persisted Triton autotuning")
-    group.addoption(
-        "--autotune-cache", metavar="PATH", default=None,
-        help=f"results file the session loads (overrides the {INI_CACHE} "
-             "ini key; relative to the current directory)")
-    group.addoption(
-        "--autotune-update", action="store_true", default=False,
-        help="tune every fusion the selected tests meet and rewrite the "
-             "cache at the end, keeping the entries of fusions not run")
-    group.addoption(
-        "--autotune-prune-unused", action="store_true", default=False,
-        help="with --autotune-update on a full run: drop entries no test "
-             "used")
-    group.addoption(
-        "--autotune-require-complete", action="store_true", default=None,
-        help="fail every test that misses the cache, naming the fusion "
-             "(stale or missing)")
-    group.addoption(
-        "--autotune-report", metavar="PATH", default=None,
-        help="write the session's autotune report (JSON) to PATH")
-    parser.addini(INI_CACHE, "autotune results file, relative to the ini "
-                  "file (text: .textproto/.pbtxt/.txt; otherwise binary)",
-                  default=None)
-    parser.addini(INI_REQUIRE, "true: fail every test that misses the cache",
-                  default="false")
-    parser.addini(INI_BACKEND, "auto | gpu | interpreter", default="auto")
-
-
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "autotune(**options): run this test in its own autotune "
-        "session; options are autotune.configure() keywords (flag names), "
-        "for example require_complete_autotune_results=False")
-    if config.option.help or config.option.version:
-        return
+def configure(config):
+    """Called by the entry point (pytest_autotune) for a session that asks
+    for autotuning: checks the settings and registers the session's
+    plugin."""
     settings = Settings.from_config(config)
     if settings is None:
         return
@@ -725,13 +692,19 @@ class StatsView:
         return {n: getattr(self, n) - before[n] for n in STAT_FIELDS}
 
 
-@pytest.fixture
-def autotune_stats(request):
-    """The current autotuning session's statistics (hits, tuned, misses,
-    candidate_benchmarks, tuning_seconds, saved_seconds)."""
+def stats_view(request):
+    """What the autotune_stats fixture (pytest_autotune) returns."""
     start = request.node.stash.get(_ITEM_START, None)
     if start is not None:
         return StatsView(start[2])
     from autotune import runtime
     stats = runtime.session().stats
     return StatsView({n: getattr(stats, n) for n in STAT_FIELDS})
+
+
+def pytest_configure(config):
+    """Only reached when this module is loaded as a plugin by name: the
+    options are declared by the entry point module."""
+    raise pytest.UsageError(
+        "autotune: load the plugin as `-p pytest_autotune` (the installed "
+        "entry point does so), not `-p autotune.pytest_plugin`")

@@ -1,6 +1,6 @@
 """The pytest plugin, run as a user runs it: pytest in a separate process on
 a small project of real Triton kernels (the interpreter), with the plugin
-loaded by `-p autotune.pytest_plugin` or, as an installed distribution,
+loaded by `-p pytest_autotune` or, as an installed distribution,
 through its `pytest11` entry point."""
 import json
 import os
@@ -20,7 +20,7 @@ pytest_plugins = ["pytester"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = "testdata/kernels.textproto"
-PLUGIN = ("-p", "autotune.pytest_plugin")
+PLUGIN = ("-p", "pytest_autotune")
 
 KERNELS = '''
 import autotune
@@ -472,3 +472,34 @@ def test_installed_plugin_loads_and_can_be_turned_off(bare, installed):
     result = run_pytest(bare, "-p", "no:autotune", pythonpath=path)
     assert result.returncode == 0, result.output
     assert outcomes(result) == {"passed": 1}
+
+
+UNRELATED_TESTS = """
+import os
+import sys
+
+
+def test_autotune_left_alone():
+    assert "autotune" not in sys.modules
+    assert "torch" not in sys.modules
+    assert os.environ.get("TRITON_INTERPRET") is None
+"""
+
+
+def test_installed_plugin_stays_out_of_projects_that_do_not_use_it(
+        pytester, installed):
+    """A project with the package installed but no autotune settings: the
+    entry point neither imports the runtime (and torch) nor selects
+    Triton's interpreter for the project's own Triton code."""
+    (pytester.path / "test_other.py").write_text(UNRELATED_TESTS)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("TRITON_INTERPRET", raising=False)
+        result = run_pytest(pytester, pythonpath=(ROOT, str(installed)))
+    assert result.returncode == 0, result.output
+    assert outcomes(result) == {"passed": 1}
+
+
+def test_loading_the_implementation_module_by_name_says_what_to_load(bare):
+    result = run_pytest(bare, "-p", "autotune.pytest_plugin")
+    assert result.returncode == 4, result.output
+    assert "-p pytest_autotune" in result.output

@@ -1,0 +1,80 @@
+"""pytest's entry point for rules_autotune (registered as `autotune`, so
+`-p no:autotune` turns it off; from a checkout, `-p pytest_autotune`).
+
+It declares the options, the ini keys and the `autotune` marker, and imports
+the plugin itself (autotune.pytest_plugin) only for a session that asks for
+autotuning: a cache configured, an --autotune-* option given or an
+autotune* ini key set. Importing the `autotune` package selects Triton's
+interpreter on a machine without a GPU and, on one with a driver, imports
+torch to ask whether the GPU is usable: a project that merely has the
+package installed must neither see the one nor wait for the other.
+"""
+import pytest
+
+INI_CACHE = "autotune_cache"
+INI_REQUIRE = "autotune_require_complete"
+INI_BACKEND = "autotune_backend"
+INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND)
+# The command-line options' destinations, in the order they are declared.
+OPTIONS = ("autotune_cache", "autotune_update", "autotune_prune_unused",
+           "autotune_require_complete", "autotune_report")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("autotune", "persisted Triton autotuning")
+    group.addoption(
+        "--autotune-cache", metavar="PATH", default=None,
+        help=f"results file the session loads (overrides the {INI_CACHE} "
+             "ini key; relative to the current directory)")
+    group.addoption(
+        "--autotune-update", action="store_true", default=False,
+        help="tune every fusion the selected tests meet and rewrite the "
+             "cache at the end, keeping the entries of fusions not run")
+    group.addoption(
+        "--autotune-prune-unused", action="store_true", default=False,
+        help="with --autotune-update on a full run: drop entries no test "
+             "used")
+    group.addoption(
+        "--autotune-require-complete", action="store_true", default=None,
+        help="fail every test that misses the cache, naming the fusion "
+             "(stale or missing)")
+    group.addoption(
+        "--autotune-report", metavar="PATH", default=None,
+        help="write the session's autotune report (JSON) to PATH")
+    parser.addini(INI_CACHE, "autotune results file, relative to the ini "
+                  "file (text: .textproto/.pbtxt/.txt; otherwise binary)",
+                  default=None)
+    parser.addini(INI_REQUIRE, "true: fail every test that misses the cache",
+                  default="false")
+    parser.addini(INI_BACKEND, "auto | gpu | interpreter", default="auto")
+
+
+def asks_for_autotune(config):
+    """Whether the session names a cache, gives an --autotune-* option or
+    sets any autotune* ini key (a misspelt one included: the plugin reports
+    it rather than letting it do nothing)."""
+    if any(getattr(config.option, name, None) not in (None, False)
+           for name in OPTIONS):
+        return True
+    return any(name.startswith("autotune")
+               for name in getattr(config, "inicfg", {}) or {})
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "autotune(**options): run this test in its own autotune "
+        "session; options are autotune.configure() keywords (flag names), "
+        "for example require_complete_autotune_results=False")
+    if config.option.help or config.option.version:
+        return
+    if asks_for_autotune(config):
+        from autotune import pytest_plugin
+        pytest_plugin.configure(config)
+
+
+@pytest.fixture
+def autotune_stats(request):
+    """The current autotuning session's statistics (hits, tuned, misses,
+    candidate_benchmarks, tuning_seconds, saved_seconds)."""
+    from autotune import pytest_plugin
+    return pytest_plugin.stats_view(request)
