@@ -49,15 +49,26 @@ def pytest_addoption(parser):
     parser.addini(INI_BACKEND, "auto | gpu | interpreter", default="auto")
 
 
-def asks_for_autotune(config):
+def asks_for_autotune(config, options=None):
     """Whether the session names a cache, gives an --autotune-* option or
     sets any autotune* ini key (a misspelt one included: the plugin reports
-    it rather than letting it do nothing)."""
-    if any(getattr(config.option, name, None) not in (None, False)
+    it rather than letting it do nothing). `options`: the parsed options,
+    config.option by default."""
+    options = config.option if options is None else options
+    if any(getattr(options, name, None) not in (None, False)
            for name in OPTIONS):
         return True
     return any(name.startswith("autotune")
                for name in getattr(config, "inicfg", {}) or {})
+
+
+def pytest_load_initial_conftests(early_config, parser, args):
+    """A session that uses autotuning imports the package before the
+    project's conftest files: a conftest that imports kernels decorates
+    them, and Triton decides then whether they run on its interpreter,
+    which the package's import selects where there is no GPU."""
+    if asks_for_autotune(early_config, early_config.known_args_namespace):
+        import autotune  # noqa: F401
 
 
 def pytest_configure(config):

@@ -503,3 +503,23 @@ def test_loading_the_implementation_module_by_name_says_what_to_load(bare):
     result = run_pytest(bare, "-p", "autotune.pytest_plugin")
     assert result.returncode == 4, result.output
     assert "-p pytest_autotune" in result.output
+
+
+def test_runtime_is_imported_before_the_projects_conftest(bare):
+    """A conftest that imports kernels decorates them before any test
+    module: with a cache configured, `autotune` (which selects Triton's
+    interpreter where there is no GPU) must already be imported then."""
+    (bare.path / "conftest.py").write_text(textwrap.dedent("""
+        import sys
+        AUTOTUNE_BEFORE_CONFTEST = "autotune" in sys.modules
+    """))
+    (bare.path / "test_order.py").write_text(textwrap.dedent("""
+        import conftest
+
+
+        def test_order():
+            assert conftest.AUTOTUNE_BEFORE_CONFTEST
+    """))
+    result = run_pytest(bare, *PLUGIN, "--autotune-update", "test_order.py")
+    assert result.returncode == 0, result.output
+    assert outcomes(result) == {"passed": 1}
