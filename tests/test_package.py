@@ -52,3 +52,28 @@ def test_no_gpu_driver_selects_the_interpreter_without_torch(monkeypatch):
     monkeypatch.setattr(autotune, "_gpu_driver_visible", lambda: False)
     autotune._select_interpreter_early()
     assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+def test_wheel_holds_the_pytest_entry_point_module(tmp_path):
+    """pytest loads the plugin through a module outside the package: the
+    wheel must ship it, and its pytest11 entry point must name it."""
+    pytest.importorskip("setuptools")
+    import shutil
+    import zipfile
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "pytest_autotune.py"):
+        shutil.copy(os.path.join(ROOT, name), source / name)
+    shutil.copytree(os.path.join(ROOT, "autotune"), source / "autotune",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(tmp_path / "out"),
+                    str(source)], check=True, capture_output=True)
+    wheel, = (tmp_path / "out").glob("rules_autotune-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        entry_points, = [n for n in names if n.endswith("entry_points.txt")]
+        text = z.read(entry_points).decode()
+    assert "pytest_autotune.py" in names
+    assert "autotune/pytest_plugin.py" in names
+    assert "[pytest11]\nautotune = pytest_autotune\n" in text
