@@ -1,5 +1,8 @@
-"""pytest's entry point for rules_autotune (registered as `autotune`, so
-`-p no:autotune` turns it off; from a checkout, `-p pytest_autotune`).
+"""pytest's entry point for rules_autotune. Installed, pytest loads it by
+itself; from a checkout, `-p pytest_autotune`; `-p no:pytest_autotune`
+turns it off. (The entry point has the module's name so that `-p
+pytest_autotune` on an installed copy names the same plugin instead of
+registering the module a second time.)
 
 It declares the options, the ini keys and the `autotune` marker, and imports
 the plugin itself (autotune.pytest_plugin) only for a session that asks for

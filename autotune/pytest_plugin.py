@@ -9,8 +9,8 @@ macros, for projects that test their Triton kernels with plain pytest.
     pytest --autotune-update    # tune what the selected tests meet and
                                 # rewrite the cache, keeping other entries
 
-Installed, its entry point (the top-level module pytest_autotune) is
-registered as `autotune`, so `-p no:autotune` turns it off; from a
+Installed, pytest loads its entry point, the top-level module
+pytest_autotune, by itself (`-p no:pytest_autotune` turns it off); from a
 checkout, `-p pytest_autotune`. That module declares the options and
 imports this one only when a session asks for autotuning.
 
@@ -87,7 +87,8 @@ class Settings:
             require = _ini_bool(config, INI_REQUIRE)
         backend = (config.getini(INI_BACKEND) or "auto").strip()
         if backend not in BACKENDS:
-            raise _usage(f"ini {INI_BACKEND} = {backend!r}: expected one of "
+            raise _usage(f"ini {INI_BACKEND} = {backend!r} in "
+                         f"{config.inipath}: expected one of "
                          f"{', '.join(BACKENDS)}")
         report = opt.autotune_report
         if report:
@@ -706,5 +707,6 @@ def pytest_configure(config):
     """Only reached when this module is loaded as a plugin by name: the
     options are declared by the entry point module."""
     raise pytest.UsageError(
-        "autotune: load the plugin as `-p pytest_autotune` (the installed "
-        "entry point does so), not `-p autotune.pytest_plugin`")
+        "autotune: the plugin is the module pytest_autotune: installed, "
+        "pytest loads it by itself; from a checkout, pass "
+        "`-p pytest_autotune`, not `-p autotune.pytest_plugin`")

@@ -76,4 +76,4 @@ def test_wheel_holds_the_pytest_entry_point_module(tmp_path):
         text = z.read(entry_points).decode()
     assert "pytest_autotune.py" in names
     assert "autotune/pytest_plugin.py" in names
-    assert "[pytest11]\nautotune = pytest_autotune\n" in text
+    assert "[pytest11]\npytest_autotune = pytest_autotune\n" in text

@@ -437,6 +437,7 @@ def test_unknown_ini_values(bare, ini, message):
     result = run_pytest(bare, *PLUGIN, "--autotune-update")
     assert result.returncode == 4, result.output
     assert message in _error_line(result)
+    assert str(bare.path / "pyproject.toml") in _error_line(result)
     assert (bare.path / CACHE).read_bytes() == before
 
 
@@ -469,7 +470,13 @@ def test_installed_plugin_loads_and_can_be_turned_off(bare, installed):
     assert result.returncode == 4, result.output
     assert "does not exist; run `pytest --autotune-update`" in \
         _error_line(result)
-    result = run_pytest(bare, "-p", "no:autotune", pythonpath=path)
+    # Naming it on the command line as well, as from a checkout: the same
+    # plugin, not a second registration of the module.
+    result = run_pytest(bare, *PLUGIN, pythonpath=path)
+    assert result.returncode == 4, result.output
+    assert "does not exist; run `pytest --autotune-update`" in \
+        _error_line(result)
+    result = run_pytest(bare, "-p", "no:pytest_autotune", pythonpath=path)
     assert result.returncode == 0, result.output
     assert outcomes(result) == {"passed": 1}
 
