@@ -1,5 +1,6 @@
 """Two small Triton kernels tuned by rules_autotune (the interpreter runs
-them when no GPU is visible)."""
+them when no GPU is visible). Callers pass tensors on autotune.device():
+the GPU, or the CPU for the interpreter."""
 import autotune  # before the kernels: selects the interpreter without a GPU
 import torch
 import triton
@@ -7,11 +8,20 @@ import triton.language as tl
 from autotune import Config
 
 
+def scale_shift_reference(x, y, alpha, beta, **_):
+    """What every config must write: the tuner compares each with it."""
+    y.copy_(x * alpha + beta)
+
+
+def row_max_reference(x, out, n_cols, **_):
+    out.copy_(x[:, :n_cols].max(dim=1).values)
+
+
 @autotune.autotune(
     configs=[Config({"BLOCK": 32}, num_warps=1, num_stages=2),
              Config({"BLOCK": 64}, num_warps=2, num_stages=2),
              Config({"BLOCK": 128}, num_warps=4, num_stages=2)],
-    key=["n"])
+    key=["n"], reference=scale_shift_reference, outputs=["y"])
 @triton.jit
 def scale_shift_kernel(x, y, n, alpha, beta, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -23,7 +33,7 @@ def scale_shift_kernel(x, y, n, alpha, beta, BLOCK: tl.constexpr):
 @autotune.autotune(
     configs=[Config({"BLOCK": 32}, num_warps=1, num_stages=2),
              Config({"BLOCK": 64}, num_warps=2, num_stages=2)],
-    key=["n_cols"])
+    key=["n_cols"], reference=row_max_reference, outputs=["out"])
 @triton.jit
 def row_max_kernel(x, out, n_cols, stride, BLOCK: tl.constexpr):
     row = tl.program_id(0)
@@ -45,6 +55,6 @@ def scale_shift(x, alpha, beta):
 
 
 def row_max(x):
-    out = torch.empty(x.shape[0], dtype=x.dtype)
+    out = torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
     row_max_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0))
     return out
