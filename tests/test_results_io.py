@@ -108,6 +108,26 @@ def test_truncated_file_is_an_error_naming_the_file(tmp_path, ext):
         assert str(path) in str(err.value)
 
 
+def test_text_without_entry_count_the_advice_works(tmp_path):
+    """A hand-edited text file that lost its entry_count line: the error
+    says what to restore or delete, and doing either makes it load."""
+    path = tmp_path / "cache.textproto"
+    codec.dump_results(make_entries(10), path)
+    text = path.read_text()
+    tail = text.index("entry_count")
+    path.write_text(text[:tail])
+    with pytest.raises(CacheFileError, match="entry_count: N") as err:
+        codec.load_results(path)
+    assert "'# proto-file:' and '# proto-message:'" in str(err.value)
+    path.write_text(text[:tail] + "entry_count: 10\n")
+    assert len(codec.load_results(path)) == 10
+    first_two = text.split("\n", 2)[2]
+    assert text.startswith("# proto-file:") and \
+        text.split("\n")[1].startswith("# proto-message:")
+    path.write_text(first_two[:first_two.index("entry_count")])
+    assert len(codec.load_results(path)) == 10
+
+
 def test_binary_cut_at_entry_boundary_is_detected(tmp_path):
     path = tmp_path / "cache.pb"
     data = codec.encode(make_entries(3), "x.pb")

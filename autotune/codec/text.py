@@ -708,7 +708,10 @@ def _check_count(count, n, source, text):
         raise CacheFileError(
             source, "truncated: no entry_count line at the end (rules_autotune "
             "writes it last); if you edited the file by hand, restore that "
-            "line or delete the two header comment lines")
+            "line (entry_count: N, N the number of entries) or delete the "
+            "file's first two lines, the '# proto-file:' and "
+            "'# proto-message:' comments, which mark it as written by "
+            "rules_autotune")
     if count is not None and count != n:
         raise CacheFileError(
             source, f"entry_count is {count} but the file holds {n} entries "
