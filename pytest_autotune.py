@@ -12,6 +12,8 @@ interpreter on a machine without a GPU and, on one with a driver, imports
 torch to ask whether the GPU is usable: a project that merely has the
 package installed must neither see the one nor wait for the other.
 """
+import os
+
 import pytest
 
 INI_CACHE = "autotune_cache"
@@ -69,9 +71,18 @@ def pytest_load_initial_conftests(early_config, parser, args):
     """A session that uses autotuning imports the package before the
     project's conftest files: a conftest that imports kernels decorates
     them, and Triton decides then whether they run on its interpreter,
-    which the package's import selects where there is no GPU."""
-    if asks_for_autotune(early_config, early_config.known_args_namespace):
-        import autotune  # noqa: F401
+    which the package's import selects where there is no GPU, and which
+    `autotune_backend = interpreter` asks for anywhere."""
+    options = early_config.known_args_namespace
+    if not asks_for_autotune(early_config, options):
+        return
+    if getattr(options, "autotune_cache", None) or \
+            early_config.getini(INI_CACHE):
+        backend = str(early_config.getini(INI_BACKEND) or "").strip()
+        if backend == "interpreter" and \
+                os.environ.get("TRITON_INTERPRET") is None:
+            os.environ["TRITON_INTERPRET"] = "1"
+    import autotune  # noqa: F401
 
 
 def pytest_configure(config):

@@ -22,11 +22,19 @@ resolved as a single run would resolve it, and reported).
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
 
-from pytest_autotune import INI_BACKEND, INI_CACHE, INI_KEYS, INI_REQUIRE
+try:
+    from pytest_autotune import INI_BACKEND, INI_CACHE, INI_KEYS, INI_REQUIRE
+except ImportError:
+    # Loaded through the entry point of an install made before the plugin
+    # moved to pytest_autotune: pytest_configure below says to reinstall.
+    _LOADER_MISSING = True
+else:
+    _LOADER_MISSING = False
 
 BACKENDS = ("auto", "gpu", "interpreter")
 _TRUE = ("1", "true", "yes", "on")
@@ -40,15 +48,11 @@ SHARED_DIR_KEY = "autotune_shared_fusion_dir"
 def configure(config):
     """Called by the entry point (pytest_autotune) for a session that asks
     for autotuning: checks the settings and registers the session's
-    plugin."""
+    plugin. (`autotune_backend = interpreter` took effect earlier, before
+    the conftest files: see pytest_autotune.)"""
     settings = Settings.from_config(config)
     if settings is None:
         return
-    if settings.backend == "interpreter" and \
-            os.environ.get("TRITON_INTERPRET") is None:
-        # Before the test modules decorate their kernels: Triton decides
-        # then whether a kernel is interpreted.
-        os.environ["TRITON_INTERPRET"] = "1"
     plugin = AutotunePlugin(config, settings)
     config.pluginmanager.register(plugin, "autotune-session")
     config.stash[_PLUGIN] = plugin
@@ -87,9 +91,9 @@ class Settings:
             require = _ini_bool(config, INI_REQUIRE)
         backend = (config.getini(INI_BACKEND) or "auto").strip()
         if backend not in BACKENDS:
-            raise _usage(f"ini {INI_BACKEND} = {backend!r} in "
-                         f"{config.inipath}: expected one of "
-                         f"{', '.join(BACKENDS)}")
+            raise _usage(f"ini {INI_BACKEND} = {backend!r} "
+                         f"{_ini_source(config, INI_BACKEND)}: expected one "
+                         f"of {', '.join(BACKENDS)}")
         report = opt.autotune_report
         if report:
             report = os.path.join(str(config.invocation_params.dir), report)
@@ -149,6 +153,16 @@ def _check_ini_keys(config):
                          f"known keys: {', '.join(INI_KEYS)}")
 
 
+def _ini_source(config, name):
+    """Where an ini value came from, for messages: -o beats the file."""
+    for item in getattr(config.option, "override_ini", None) or ():
+        if item.split("=", 1)[0].strip() == name:
+            return "(given with -o/--override-ini)"
+    if config.inipath:
+        return f"in {config.inipath}"
+    return "in the ini file"
+
+
 def _ini_bool(config, name):
     raw = config.getini(name)
     value = str(raw).strip().lower()
@@ -156,7 +170,8 @@ def _ini_bool(config, name):
         return True
     if value in _FALSE:
         return False
-    raise _usage(f"ini {name} = {raw!r} in {config.inipath}: expected true or "
+    raise _usage(f"ini {name} = {raw!r} {_ini_source(config, name)}: "
+                 "expected true or "
                  "false")
 
 
@@ -704,9 +719,22 @@ def stats_view(request):
 
 
 def pytest_configure(config):
-    """Only reached when this module is loaded as a plugin by name: the
-    options are declared by the entry point module."""
-    raise pytest.UsageError(
-        "autotune: the plugin is the module pytest_autotune: installed, "
-        "pytest loads it by itself; from a checkout, pass "
-        "`-p pytest_autotune`, not `-p autotune.pytest_plugin`")
+    """Only reached when this module is loaded as a plugin itself: by
+    `-p autotune.pytest_plugin`, or by the entry point of an install made
+    before the plugin moved to the module pytest_autotune. It declares no
+    options, so it does nothing; a project that does not use autotuning
+    must not fail for it."""
+    manager = config.pluginmanager
+    if manager.has_plugin("pytest_autotune"):
+        return  # the plugin is loaded under its own name as well
+    how = ("installed, pytest loads it by itself; from a checkout, pass "
+           "`-p pytest_autotune`")
+    if manager.get_name(sys.modules[__name__]) == __name__:
+        raise pytest.UsageError(f"autotune: the plugin is the module "
+                                f"pytest_autotune ({how}), not {__name__}")
+    config.issue_config_time_warning(pytest.PytestConfigWarning(
+        f"rules_autotune: this environment's install of the package "
+        f"predates its pytest entry point pytest_autotune, so the autotune "
+        f"options are off; reinstall the package "
+        f"({'pytest_autotune cannot be imported; ' if _LOADER_MISSING else ''}"
+        f"{how})"), stacklevel=2)

@@ -530,3 +530,67 @@ def test_runtime_is_imported_before_the_projects_conftest(bare):
     result = run_pytest(bare, *PLUGIN, "--autotune-update", "test_order.py")
     assert result.returncode == 0, result.output
     assert outcomes(result) == {"passed": 1}
+
+
+def test_interpreter_backend_is_set_before_the_projects_conftest(bare):
+    """`autotune_backend = interpreter` on a machine whose runtime would
+    pick the GPU (the flag stands in for one here): kernels a conftest
+    decorates must already see TRITON_INTERPRET=1."""
+    (bare.path / "pyproject.toml").write_text(
+        PYPROJECT + 'autotune_backend = "interpreter"\n')
+    (bare.path / "conftest.py").write_text(textwrap.dedent("""
+        import os
+        SEEN = os.environ.get("TRITON_INTERPRET")
+    """))
+    (bare.path / "test_seen.py").write_text(textwrap.dedent("""
+        import conftest
+
+
+        def test_seen():
+            assert conftest.SEEN == "1"
+    """))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("TRITON_INTERPRET", raising=False)
+        mp.setenv("AUTOTUNE_FLAGS", "--autotune_backend=gpu")
+        result = run_pytest(bare, *PLUGIN, "--autotune-update",
+                            "test_seen.py")
+    assert outcomes(result) == {"passed": 1}, result.output
+
+
+def test_ini_value_given_with_override_ini_is_named_so(bare):
+    result = run_pytest(bare, *PLUGIN, "-o", "autotune_backend=bogus")
+    assert result.returncode == 4, result.output
+    assert "ini autotune_backend = 'bogus' (given with -o/--override-ini)" \
+        in _error_line(result)
+
+
+@pytest.fixture
+def stale_install(tmp_path):
+    """An environment installed before the entry point moved: its metadata
+    names autotune.pytest_plugin, and only the package is importable."""
+    site = tmp_path / "stale-site"
+    dist = site / "rules_autotune-0.0.9.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: rules_autotune\nVersion: 0.0.9\n")
+    (dist / "entry_points.txt").write_text(
+        "[pytest11]\nautotune = autotune.pytest_plugin\n")
+    os.symlink(os.path.join(ROOT, "autotune"), site / "autotune")
+    return site
+
+
+def test_stale_install_warns_and_leaves_other_projects_working(
+        pytester, stale_install):
+    (pytester.path / "test_other.py").write_text("def test_a():\n    pass\n")
+    result = run_pytest(pytester, pythonpath=(str(stale_install),))
+    assert result.returncode == 0, result.output
+    assert outcomes(result) == {"passed": 1}
+    assert "predates its pytest entry point pytest_autotune" in \
+        result.output
+    assert "reinstall the package (pytest_autotune cannot be imported" in \
+        result.output
+    # With the checkout on the path as well and the plugin named, it runs.
+    result = run_pytest(pytester, *PLUGIN,
+                        pythonpath=(str(stale_install), ROOT))
+    assert outcomes(result) == {"passed": 1}, result.output
+    assert "predates" not in result.output
