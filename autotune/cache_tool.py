@@ -370,8 +370,11 @@ def cmd_merge(args):
 # -- verify / prune ---------------------------------------------------------
 
 def tree_kernels(modules):
-    """{kernel name: fingerprint} of the tuned kernels in these modules."""
-    from autotune.autotuner import Autotuner
+    """{kernel name: fingerprint} of the tuned kernels in these modules:
+    this project's autotuners, and kernels decorated with Triton's own
+    triton.autotune, which the drop-in tunes under the same name and
+    fingerprint."""
+    from autotune.autotuner import Autotuner, from_triton_autotuner
     root = workspace_import_root()
     if root and root not in sys.path:
         sys.path.append(root)
@@ -382,7 +385,12 @@ def tree_kernels(modules):
         except Exception as e:  # the module's own code raised
             raise ToolError(f"--kernel_module={name}: cannot import: "
                             f"{type(e).__name__}: {e}")
+        triton_autotuner = getattr(sys.modules.get(
+            "triton.runtime.autotuner"), "Autotuner", None)
         for value in vars(module).values():
+            if triton_autotuner is not None and \
+                    isinstance(value, triton_autotuner):
+                value = from_triton_autotuner(value)
             if isinstance(value, Autotuner):
                 known[value.name] = value.fingerprint
     return known

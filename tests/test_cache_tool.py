@@ -249,3 +249,31 @@ def test_verify_decodes_every_candidate(tmp_path, capsys):
     assert tool("verify", bad) == 2
     err = capsys.readouterr().out
     assert str(bad) in err and "malformed config params" in err
+
+
+_TREE_KERNELS = """
+import json, sys
+if sys.argv[1] == "dropin":
+    import autotune
+    autotune.install()
+from autotune import cache_tool
+print(json.dumps(cache_tool.tree_kernels(["inplace"])))
+"""
+
+
+def test_verify_knows_kernels_written_for_triton_autotune():
+    """--kernel_module on a module of plain @triton.autotune kernels, with
+    no drop-in installed in the tool: the same names and fingerprints as
+    the drop-in records for them (else every entry looks stale)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [ROOT, os.path.join(ROOT, "tests", "dropin_kernels")]))
+    env.pop("AUTOTUNE_FLAGS", None)
+    found = {}
+    for how in ("plain", "dropin"):
+        out = subprocess.run([sys.executable, "-c", _TREE_KERNELS, how],
+                             env=env, cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout
+        found[how] = json.loads(out)
+    assert sorted(found["plain"]) == ["axpy_inplace_kernel",
+                                      "clamp_inplace_kernel"]
+    assert found["plain"] == found["dropin"]
