@@ -314,6 +314,7 @@ class Autotuner(KernelInterface):
         """(config, original config, launch keywords) for a call."""
         sess = session()
         if sess is not self._session:
+            self._check_decorated_for(sess.backend)
             self._memo.clear()
             self.cache.clear()
             self._session = sess
@@ -331,6 +332,26 @@ class Autotuner(KernelInterface):
         hit = self._memo[fast] = (config, original, config.all_kwargs())
         self.cache[fast] = original
         return hit
+
+    def _check_decorated_for(self, backend):
+        """Triton decides when a kernel is decorated whether it is
+        interpreted: one decorated before TRITON_INTERPRET=1 was set is
+        compiled for a GPU, and on the interpreter backend every launch
+        would fail with Triton's "0 active drivers"."""
+        if backend.name != "interpreter":
+            return
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+        except ImportError:
+            return
+        if not isinstance(_jit_function(self.kernel), InterpretedFunction):
+            raise AutotuneError(
+                f"{self.name}: this session runs kernels on Triton's "
+                "interpreter (no GPU), but the kernel was decorated with "
+                "@triton.jit before TRITON_INTERPRET=1 was set, so Triton "
+                "compiles it for a GPU: import autotune before the module "
+                "that defines the kernel, or set TRITON_INTERPRET=1 in the "
+                "environment")
 
     def run(self, *args, grid=None, warmup=False, **kwargs):
         if kwargs:

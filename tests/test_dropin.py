@@ -16,6 +16,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from autotune import results_io
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,3 +132,37 @@ def test_without_the_drop_in_triton_cannot_tune_on_the_interpreter(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "driver" in result.stderr
+
+
+_DECORATED_FIRST = """
+import inplace  # Triton's autotune decorates it before autotune is imported
+import autotune
+import torch
+autotune.install()
+x = torch.ones(40, device=autotune.device())
+try:
+    inplace.axpy_inplace_kernel[(3,)](x, x, 2.0, 40)
+except autotune.AutotuneError as e:
+    print(e)
+"""
+
+
+def test_kernel_decorated_before_the_interpreter_was_selected(tmp_path):
+    """No GPU, TRITON_INTERPRET unset, the kernel module imported before
+    autotune: Triton compiled the kernel for a GPU. The launch says so and
+    what to change, instead of Triton's "0 active drivers"."""
+    import autotune
+    if autotune._gpu_driver_visible():
+        pytest.skip("a GPU driver is visible: the kernel is not interpreted "
+                    "there, and that is right")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, KERNELS]))
+    for name in ("TRITON_INTERPRET", "AUTOTUNE_FLAGS"):
+        env.pop(name, None)
+    result = subprocess.run([sys.executable, "-c", _DECORATED_FIRST],
+                            env=env, cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "axpy_inplace_kernel: this session runs kernels on Triton's " \
+        "interpreter" in result.stdout, result.stdout + result.stderr
+    assert "import autotune before the module that defines the kernel" in \
+        result.stdout
