@@ -298,6 +298,7 @@ class AutotunePlugin:
         self.narrowed = _narrowing(config)  # why this is not a full run
         self.result = None          # what the end of the session did
         self.shared_dir = None      # update with xdist: the workers' cache
+        self._bypassing = []        # triton.autotune kernels not routed
         if settings.update and not self.is_worker:
             self.old_entries = self._read_old_cache()
 
@@ -508,7 +509,8 @@ class AutotunePlugin:
                        "cache": self.settings.cache, **stats,
                        "missing": [m for m in misses
                                    if m["status"] == "missing"],
-                       "stale": [m for m in misses if m["status"] == "stale"]}
+                       "stale": [m for m in misses if m["status"] == "stale"],
+                       "bypassing": self._bypassing}
         if self.settings.update:
             self._finish_update(session, exitstatus, runs)
         if self.settings.report:
@@ -528,6 +530,7 @@ class AutotunePlugin:
         entries = self._entries_of_this_process()
         return {"stats": _stats_dict(self.sessions),
                 "misses": self.misses, "narrowed": self.narrowed,
+                "bypassing": bypassing_kernels(str(self.config.rootpath)),
                 "entries": codec.encode(
                     entries, "worker.textproto").decode() if entries else ""}
 
@@ -541,11 +544,14 @@ class AutotunePlugin:
         process or, on a controller, from every worker."""
         from autotune import codec
         if not self.is_controller:
+            self._bypassing = bypassing_kernels(str(self.config.rootpath))
             return (_stats_dict(self.sessions), self.misses,
                     [("this run", s.dump_entries()) for s in self.sessions])
         stats = dict.fromkeys(STAT_FIELDS, 0)
         misses, runs = [], []
+        bypassing = set()
         for worker, payload in sorted(self.worker_outputs):
+            bypassing.update(payload.get("bypassing", ()))
             for name in STAT_FIELDS:
                 stats[name] += payload["stats"].get(name, 0)
             misses.extend(payload["misses"])
@@ -554,6 +560,7 @@ class AutotunePlugin:
             if payload["entries"]:
                 runs.append((worker, codec.decode(
                     payload["entries"].encode(), f"{worker}.textproto")))
+        self._bypassing = sorted(bypassing)
         return stats, misses, runs
 
     def _merge(self, runs):
@@ -626,6 +633,13 @@ class AutotunePlugin:
             tr.write_line(f"  {miss['status']}: {miss['kernel']} "
                           f"[{miss['signature']}] on {miss['device']}: "
                           f"{miss['reason']}")
+        if r["bypassing"]:
+            tr.write_line(
+                f"autotune: {len(r['bypassing'])} kernel(s) decorated with "
+                f"Triton's own triton.autotune did not use the cache: "
+                f"{', '.join(r['bypassing'])}; `autotune.install()` in "
+                "conftest.py, or AUTOTUNE_FLAGS=--autotune_dropin, routes "
+                "them through it", yellow=True)
         for error in r.get("errors", []):
             tr.write_line(f"autotune: error: {error}", red=True)
         for c in r.get("conflicts", []):
@@ -653,6 +667,29 @@ class AutotunePlugin:
             why = r.get("not_written_because", "")
             tr.write_line(f"autotune: {cache} left untouched ({why})",
                           **({} if why == "no change" else {"red": True}))
+
+
+def bypassing_kernels(root):
+    """Kernels that Triton's own triton.autotune decorated, in the
+    project's modules (those under `root`, installed packages left out),
+    while the drop-in is not installed: they tune at every run, unseen by
+    the cache. Names as module.attribute, sorted."""
+    from autotune import autotuner
+    triton_module = sys.modules.get("triton.runtime.autotuner")
+    if triton_module is None or autotuner.installed():
+        return []
+    cls = triton_module.Autotuner
+    root = os.path.join(os.path.realpath(root), "")
+    found = set()
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not path or not os.path.realpath(path).startswith(root) or \
+                "site-packages" in path or "dist-packages" in path:
+            continue
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, cls):
+                found.add(f"{name}.{attr}")
+    return sorted(found)
 
 
 def _narrowing(config):

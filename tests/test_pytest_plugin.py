@@ -594,3 +594,39 @@ def test_stale_install_warns_and_leaves_other_projects_working(
                         pythonpath=(str(stale_install), ROOT))
     assert outcomes(result) == {"passed": 1}, result.output
     assert "predates" not in result.output
+
+
+TRITON_AUTOTUNE_KERNELS = '''
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16})], key=["n"])
+@triton.jit
+def fill_kernel(out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, 1.0, mask=offs < n)
+'''
+
+
+def test_kernels_of_triton_autotune_without_the_dropin_are_named(bare):
+    """Plain triton.autotune kernels with no drop-in installed tune at
+    every run, unseen by the cache: the summary names them and the fix."""
+    (bare.path / "plain_kernels.py").write_text(TRITON_AUTOTUNE_KERNELS)
+    (bare.path / "test_uses.py").write_text(
+        "import plain_kernels\n\n\ndef test_imported():\n"
+        "    assert plain_kernels.fill_kernel is not None\n")
+    result = run_pytest(bare, *PLUGIN, "--autotune-update",
+                        "--autotune-report=report.json", "test_uses.py")
+    assert outcomes(result) == {"passed": 1}, result.output
+    assert "1 kernel(s) decorated with Triton's own triton.autotune did " \
+        "not use the cache: plain_kernels.fill_kernel; " \
+        "`autotune.install()` in conftest.py" in result.output
+    report = json.loads((bare.path / "report.json").read_text())
+    assert report["bypassing"] == ["plain_kernels.fill_kernel"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AUTOTUNE_FLAGS", "--autotune_dropin")
+        result = run_pytest(bare, *PLUGIN, "--autotune-update",
+                            "test_uses.py")
+    assert outcomes(result) == {"passed": 1}, result.output
+    assert "did not use the cache" not in result.output
