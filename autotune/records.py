@@ -138,7 +138,8 @@ class Config:
         extra = "".join(f", {n}={getattr(self, n)!r}"
                         for n in ("maxnreg", "ir_override")
                         if getattr(self, n) is not None)
-        return (f"Config({params}, num_warps={self.num_warps}, "
+        return (f"Config({params + ', ' if params else ''}"
+                f"num_warps={self.num_warps}, "
                 f"num_stages={self.num_stages}{extra})")
 
     def short(self):

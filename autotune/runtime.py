@@ -195,8 +195,8 @@ class Session:
     def _load_incumbents(self, path):
         if not os.path.exists(path):
             # The first regenerate has no cache yet: tune without them.
-            print(f"autotune: incumbents {path}: no such file; tuning "
-                  "without incumbents", file=sys.stderr)
+            print(f"autotune: {path} does not exist yet (a first run): "
+                  "every fusion is tuned from scratch", file=sys.stderr)
             return
         try:
             entries = codec.load_results(path)

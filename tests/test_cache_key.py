@@ -89,3 +89,11 @@ def test_decorators_are_not_part_of_the_fingerprint(tmp_path):
         kernels.append(module.kernel)
     assert cache_key.kernel_fingerprint(kernels[0]) == \
         cache_key.kernel_fingerprint(kernels[1])
+
+
+def test_config_repr_with_and_without_parameters():
+    from autotune.records import Config
+    assert repr(Config({}, num_warps=4, num_stages=3)) == \
+        "Config(num_warps=4, num_stages=3)"
+    assert repr(Config({"BLOCK": 64}, num_warps=2, num_stages=2)) == \
+        "Config(BLOCK=64, num_warps=2, num_stages=2)"
