@@ -56,7 +56,8 @@ def test_no_gpu_driver_selects_the_interpreter_without_torch(monkeypatch):
 
 def test_wheel_holds_the_pytest_entry_point_module(tmp_path):
     """pytest loads the plugin through a module outside the package: the
-    wheel must ship it, and its pytest11 entry point must name it."""
+    wheel must ship it, and its pytest11 entry point must name it; and the
+    drop-in's sitecustomize.py, which is not in a regular package."""
     pytest.importorskip("setuptools")
     import shutil
     import zipfile
@@ -76,4 +77,6 @@ def test_wheel_holds_the_pytest_entry_point_module(tmp_path):
         text = z.read(entry_points).decode()
     assert "pytest_autotune.py" in names
     assert "autotune/pytest_plugin.py" in names
+    # The zero-edit path puts this directory on the import path.
+    assert "autotune/dropin/sitecustomize.py" in names
     assert "[pytest11]\npytest_autotune = pytest_autotune\n" in text
