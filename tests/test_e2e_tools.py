@@ -253,3 +253,18 @@ def test_placeholders_for_missing_caches_are_removed_unless_written(
     assert not os.path.exists(new)
     assert len(results_io.load_results(
         tmp_path / "testdata" / "old.textproto")) == 1
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    (":kernels_test", (":all", {"kernels_test",
+                                "kernels_test_autotune_dump"})),
+    ("//pkg/sub:t", ("//pkg/sub:all", {"t", "t_autotune_dump"})),
+    ("@rules//pkg:t_autotune_dump", ("@rules//pkg:all", {
+        "t_autotune_dump", "t_autotune_dump_autotune_dump"})),
+    ("sub:t", ("sub:all", {"t", "t_autotune_dump"})),
+    ("//...", None), ("...", None), ("//pkg:all", None), ("//pkg:*", None),
+    ("//pkg", None), ("//pkg/...:all", None),
+])
+def test_a_pattern_naming_a_load_target_stands_for_its_dump_target(
+        pattern, expected):
+    assert regenerate.split_target_pattern(pattern) == expected

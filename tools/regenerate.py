@@ -7,7 +7,9 @@
 1. Finds the dump targets (tag `autotune_dump`, made by gpu_autotuned_test)
    with `bazel query`, within PATTERN (default //...), plus every other dump
    target that writes to one of their caches (a cache several targets share
-   is only rewritten from all of their dumps).
+   is only rewritten from all of their dumps). A PATTERN naming one target
+   may name the gpu_autotuned_test itself (`:kernels_test`): it stands for
+   its dump target (`:kernels_test_autotune_dump`).
 2. Runs them with `bazel test --test_sharding_strategy=disabled`: a dump
    must see every fusion, so it never runs sharded.
 3. Merges the dumps of each cache (tag `autotune_cache=PATH`) into the file:
@@ -47,6 +49,7 @@ from autotune.results_io import CacheFileError  # noqa: E402
 from autotune import cache_tool  # noqa: E402
 
 DUMP_TAG = "autotune_dump"
+DUMP_SUFFIX = "_autotune_dump"  # gpu_autotuned_test NAME's dump target
 CACHE_TAG = "autotune_cache="
 DUMP_FILE = "autotune_cache.textproto"
 REPORT_FILE = "autotune_report.json"
@@ -107,9 +110,38 @@ def _parse_query_xml(text):
     return targets
 
 
+def split_target_pattern(pattern):
+    """(the package's `:all` pattern, the names that match) for a pattern
+    naming one target: the target itself or, for a gpu_autotuned_test,
+    its dump target NAME_autotune_dump. None for any other pattern
+    (`...`, `:all`, `:*`, a package alone)."""
+    head, colon, name = pattern.rpartition(":")
+    if not colon or not name or "..." in pattern or "/" in name or \
+            name in ("all", "*", "all-targets"):
+        return None
+    return f"{head}:all", {name, name + DUMP_SUFFIX}
+
+
+def find_pattern_targets(bazel, patterns, cwd, bazel_args):
+    """Dump targets within patterns (see split_target_pattern)."""
+    wide = [p for p in patterns if split_target_pattern(p) is None]
+    selected = find_dump_targets(bazel, wide, cwd, bazel_args) if wide \
+        else {}
+    for pattern in patterns:
+        split = split_target_pattern(pattern)
+        if split is None:
+            continue
+        package, names = split
+        for target, cache in find_dump_targets(bazel, [package], cwd,
+                                               bazel_args).items():
+            if target.rpartition(":")[2] in names:
+                selected[target] = cache
+    return selected
+
+
 def select_targets(bazel, patterns, cwd, bazel_args):
     """Dump targets within patterns, plus those sharing a cache with them."""
-    selected = find_dump_targets(bazel, patterns, cwd, bazel_args)
+    selected = find_pattern_targets(bazel, patterns, cwd, bazel_args)
     if patterns == ["//..."]:
         return selected
     caches = {c for c in selected.values() if c}
@@ -374,7 +406,9 @@ def main(argv=None):
                                  args.bazel_arg)
         if not targets:
             print("regenerate: no dump targets (tag autotune_dump) in "
-                  + " ".join(args.patterns), file=sys.stderr)
+                  + " ".join(args.patterns) + ": name gpu_autotuned_test "
+                  "targets, their packages, or a pattern such as //...",
+                  file=sys.stderr)
             return 2
         print(f"regenerate: running {len(targets)} dump target(s) unsharded",
               file=sys.stderr)
