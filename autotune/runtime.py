@@ -166,9 +166,12 @@ class Session:
         want = self.options.autotune_expected_gpu
         if want and want.lower() not in self.device_key.lower():
             raise AutotuneError(
-                f"--autotune_expected_gpu={want}: this run is on "
-                f"{self.device_key}; the cache was tuned for {want}. Run on a "
-                f"{want}, or regenerate the cache for this GPU.")
+                f"--autotune_expected_gpu={want} (what gpu_type = \"{want}\" "
+                f"on a gpu_autotuned_test sets): this test may only run on "
+                f"a {want}, and this run is on {self.device_key}. Run it on "
+                f"a {want} (the target is tagged gpu-{want.lower()}, for "
+                f"--test_tag_filters), or drop gpu_type (the flag) to let it "
+                f"run on other devices")
 
     def _load(self, path):
         if not os.path.exists(path):

@@ -149,8 +149,14 @@ def test_dump_refuses_to_run_sharded(session_factory, monkeypatch):
 
 
 def test_expected_gpu_mismatch(session_factory):
-    with pytest.raises(autotune.AutotuneError, match="tuned for H200"):
+    """Names the attribute that set the flag and what fixes it; a
+    regenerate cannot (the dump target runs anywhere)."""
+    with pytest.raises(autotune.AutotuneError) as err:
         session_factory(autotune_expected_gpu="H200")
+    message = str(err.value)
+    assert 'gpu_type = "H200"' in message
+    assert "may only run on a H200, and this run is on cpu/" in message
+    assert "regenerate" not in message
 
 
 def test_unknown_option(session_factory):
