@@ -93,8 +93,9 @@ FLAGS = (
         "update: publish tuned fusions (first writer wins); read: never "
         "write to the remote.", enum_values=("update", "read")),
     FlagSpec(
-        "autotune_remote_cache_prefix", "string", "autotune",
-        "Namespace of the remote keys: PREFIX:vKEY_VERSION:..."),
+        "autotune_remote_cache_prefix", "string", None,
+        "Namespace of the remote keys: PREFIX:vKEY_VERSION:... (default: "
+        "the URL's ?prefix=, else autotune)."),
     FlagSpec(
         "autotune_remote_cache_expiry_s", "integer", 0,
         "Expire published entries after this many seconds (0: never).",

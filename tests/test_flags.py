@@ -33,7 +33,7 @@ EXPECTED_DEFAULTS = {
     "autotune_fail_if_sharded": False,
     "autotune_remote_cache": None,
     "autotune_remote_cache_mode": "update",
-    "autotune_remote_cache_prefix": "autotune",
+    "autotune_remote_cache_prefix": None,
     "autotune_remote_cache_expiry_s": 0,
     "autotune_remote_cache_timeout_s": 1.0,
     "autotune_remote_cache_password_file": None,

@@ -171,6 +171,21 @@ def test_key_format():
 
 # -- the tier, in one process ------------------------------------------------
 
+def test_prefix_from_the_url(session_factory, server, redis_db):
+    """`?prefix=` in the URL names the namespace when the prefix flag is
+    not given; given and different, it is an error naming both."""
+    sess = session_factory(autotune_remote_cache=server.url + "?prefix=team-a")
+    tk.run(tk.make_tuner(), 40)
+    assert sess.cache.remote.prefix == "team-a"
+    keys = _remote_keys(redis_db)
+    assert len(keys) == 1 and keys[0].startswith("team-a:v")
+    with pytest.raises(autotune.AutotuneError,
+                       match="prefix differs from "
+                             "--autotune_remote_cache_prefix=other"):
+        session_factory(autotune_remote_cache=server.url + "?prefix=team-a",
+                        autotune_remote_cache_prefix="other")
+
+
 def test_read_mode_writes_nothing(session_factory, server, redis_db,
                                   tmp_path):
     sess = session_factory(autotune_remote_cache=server.url,
