@@ -57,7 +57,9 @@ def kernel_fingerprint(kernel):
     """16-hex-digit hash of the kernel and the jit functions it calls.
 
     Globals the kernel reads that are plain constants (ints, floats, strings,
-    tl.constexpr values) are hashed too: they are baked into the code.
+    tl.constexpr values) are hashed too: they are baked into the code. The
+    module's name is not: a file run as a script (`__main__`) and imported
+    by name (a test, `verify --kernel_module`) holds the same kernel.
     """
     cached = _FINGERPRINTS.get(id(kernel))
     if cached is not None and cached[0] is kernel:
@@ -68,10 +70,11 @@ def kernel_fingerprint(kernel):
     while stack:
         obj = stack.pop()
         fn = python_function(obj)
-        name = f"{getattr(fn, '__module__', '?')}.{fn.__qualname__}"
-        if name in seen:
+        where = (getattr(fn, "__module__", "?"), fn.__qualname__)
+        if where in seen:
             continue
-        seen.add(name)
+        seen.add(where)
+        name = fn.__qualname__
         parts.append((name, _source(fn)))
         env = getattr(fn, "__globals__", {})
         for ref in sorted(_referenced_names(fn.__code__)):

@@ -97,3 +97,14 @@ def test_config_repr_with_and_without_parameters():
         "Config(num_warps=4, num_stages=3)"
     assert repr(Config({"BLOCK": 64}, num_warps=2, num_stages=2)) == \
         "Config(BLOCK=64, num_warps=2, num_stages=2)"
+
+
+def test_module_name_is_not_part_of_the_fingerprint(tmp_path):
+    # The same file run as a script (__main__) and imported by its name
+    # (pytest, verify --kernel_module) holds the same kernel.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    as_script = _load(tmp_path / "a", "__main__", "+")
+    imported = _load(tmp_path / "b", "mykernels", "+")
+    assert cache_key.kernel_fingerprint(as_script) == \
+        cache_key.kernel_fingerprint(imported)
