@@ -126,6 +126,10 @@ def materialize(entries, path, everything=False):
 def write_cache(entries, path, inputs=()):
     """Writes a results file, or a per-fusion directory when `path` is a
     directory or ends with a slash."""
+    if remote_tool.is_remote_url(path):
+        raise ToolError(f"{path}: a remote cache is written with `push` "
+                        "(its policies decide conflicts with the server's "
+                        "entries), not as an output file")
     real = os.path.realpath(path)
     for source in inputs:
         if os.path.realpath(source) == real:
@@ -430,7 +434,16 @@ def cmd_verify(args):
     bad = 0
     for path in args.paths:
         try:
-            entries = read_cache(path, parse_all=True)
+            if remote_tool.is_remote_url(path):
+                # A bad value in a namespace is a finding, like a stale
+                # entry: the others are still read.
+                skipped = []
+                entries = remote_tool.read_remote(path, warn=skipped.append)
+                for line in skipped:
+                    findings += 1
+                    print(f"{path}: {line}")
+            else:
+                entries = read_cache(path, parse_all=True)
             materialize(entries, path, everything=True)
         except ToolError as e:
             print(f"error: {e}")

@@ -137,11 +137,13 @@ def _warn(line):
     print(f"autotune_cache: warning: {line}", file=sys.stderr)
 
 
-def read_remote(url):
-    """Entries of a remote namespace, for any command that reads a cache."""
+def read_remote(url, warn=None):
+    """Entries of a remote namespace, for any command that reads a cache.
+    A value that is not an entry of its key is skipped and given to
+    `warn` (a warning on stderr by default)."""
     namespace = Namespace(url)
     try:
-        return namespace.read(warn=_warn)
+        return namespace.read(warn=warn or _warn)
     finally:
         namespace.close()
 

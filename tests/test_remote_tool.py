@@ -107,6 +107,31 @@ def test_bad_remote_values_are_skipped_by_pull_and_replaced_by_push(
     assert remote_cache.decode_value(redis_db.get(name), name.decode())
 
 
+def test_verify_counts_bad_remote_values_as_findings(server, redis_db,
+                                                     tmp_path, capsys):
+    src = _file(tmp_path / "a.textproto", _entries(2))
+    cache_tool.main(["push", src, "--to", server.url])
+    assert cache_tool.main(["verify", server.url]) == 0
+    capsys.readouterr()
+    name = sorted(redis_db.keys("*"))[0]
+    redis_db.set(name, b"not an entry")
+    assert cache_tool.main(["verify", server.url]) == 1
+    out = capsys.readouterr().out
+    assert f"{server.url}: " in out and name.decode() in out
+
+
+def test_a_url_as_an_output_points_to_push(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a URL taken for a path would land here
+    src = _file(tmp_path / "a.textproto", _entries(1))
+    for argv in (["convert", src, "redis://127.0.0.1:1/0"],
+                 ["merge", src, src, "-o", "rediss://127.0.0.1:1/0/"]):
+        assert cache_tool.main(argv) == 2
+        assert "a remote cache is written with `push`" in \
+            capsys.readouterr().err
+    assert not list(tmp_path.glob("redis*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.textproto"]
+
+
 def test_unreachable_server_and_secrets(tmp_path, capsys, monkeypatch):
     srv = RedisServer(password="letmein")
     try:
