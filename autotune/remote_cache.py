@@ -273,10 +273,12 @@ class RemoteCache:
             reason += " (check --autotune_remote_cache_ca_file)"
         if self.unreachable is None:
             self.unreachable = reason
+            then = ("the remote tier is switched off now (retrying cannot "
+                    "fix this)" if fatal else "the remote tier is switched "
+                    f"off after {MAX_CONSECUTIVE_FAILURES} failures in a row")
             self.log(f"autotune: warning: remote cache {self.display}: "
                      f"{what} failed ({reason}); running on the local "
-                     "caches, the remote tier is switched off after "
-                     f"{MAX_CONSECUTIVE_FAILURES} failures in a row")
+                     f"caches, {then}")
         if fatal or self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
             # Retrying cannot fix a wrong password or an untrusted server.
             self.switched_off = True

@@ -118,7 +118,9 @@ class Session:
                 self.options.per_fusion_autotune_cache_dir,
                 self.options.autotune_cache_mode)
         remote = None
-        if self.options.autotune_remote_cache:
+        if not self.options.autotune_remote_cache:
+            self._warn_remote_options_without_url()
+        else:
             from autotune import remote_cache  # imports redis: only if set
             try:
                 remote = remote_cache.RemoteCache.from_options(self.options)
@@ -161,6 +163,18 @@ class Session:
                 f"{total}: each shard would see only part of the fusions. "
                 f"Run `bazel test {target} --test_sharding_strategy=disabled`"
                 f", or `{REGENERATE}`, which does.")
+
+    def _warn_remote_options_without_url(self):
+        """Remote options with no URL do nothing: say so once (an empty
+        URL variable in a CI job should not pass unnoticed)."""
+        from autotune import flags
+        given = [f"--{spec.name}" for spec in flags.FLAGS
+                 if spec.name.startswith("autotune_remote_cache_")
+                 and getattr(self.options, spec.name) != spec.default]
+        if given:
+            print(f"autotune: warning: {', '.join(given)} given without "
+                  f"--autotune_remote_cache: this run has no remote cache",
+                  file=sys.stderr)
 
     def _check_expected_gpu(self):
         want = self.options.autotune_expected_gpu

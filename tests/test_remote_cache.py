@@ -186,6 +186,17 @@ def test_prefix_from_the_url(session_factory, server, redis_db):
                         autotune_remote_cache_prefix="other")
 
 
+def test_remote_options_without_a_url_are_reported(session_factory, capsys):
+    session_factory(autotune_remote_cache_mode="read",
+                    autotune_remote_cache_expiry_s=60)
+    err = capsys.readouterr().err
+    assert "warning: --autotune_remote_cache_mode, " \
+        "--autotune_remote_cache_expiry_s given without " \
+        "--autotune_remote_cache: this run has no remote cache" in err
+    session_factory()
+    assert "no remote cache" not in capsys.readouterr().err
+
+
 def test_read_mode_writes_nothing(session_factory, server, redis_db,
                                   tmp_path):
     sess = session_factory(autotune_remote_cache=server.url,
@@ -303,6 +314,7 @@ def test_wrong_password(session_factory, tmp_path, capsys, monkeypatch):
         assert report["failed_operations"] == 1 and report["switched_off"]
         assert err.count("warning: remote cache") == 1
         assert "AUTOTUNE_REMOTE_CACHE_PASSWORD" in err
+        assert "switched off now (retrying cannot fix this)" in err
         text = err + (tmp_path / "r.json").read_text()
         assert "wrong-one" not in text and "right-one" not in text
         # The right password, from a file, works.
