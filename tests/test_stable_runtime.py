@@ -125,7 +125,7 @@ def test_missing_incumbents_file_is_ignored(session_factory, tmp_path,
                                             capsys):
     missing = tmp_path / "not_yet.textproto"
     sess = session_factory(autotune_incumbents_from=[str(missing)])
-    assert "no such file" in capsys.readouterr().err
+    assert "does not exist yet (a first run)" in capsys.readouterr().err
     run_spin()
     assert sess.stats.tuned == 1 and sess.stats.incumbents_kept == 0
 

@@ -22,7 +22,7 @@ def tune_suite(dump, incumbents):
 def test_second_tune_with_incumbents_is_byte_identical(tmp_path):
     first, second = tmp_path / "first.textproto", tmp_path / "second.textproto"
     log = tune_suite(first, tmp_path / "none_yet.textproto")
-    assert "no such file" in log
+    assert "does not exist yet (a first run)" in log
     log = tune_suite(second, first)
     assert "incumbents: 6 kept, 0 replaced" in log
     assert second.read_bytes() == first.read_bytes()
