@@ -266,11 +266,7 @@ class RemoteCache:
         self.consecutive_failures += 1
         reason = f"{type(error).__name__}: {error}".strip()
         fatal = _permanent_failure(error)
-        if fatal == "auth":
-            reason += (f" (check {PASSWORD_ENV}, {PASSWORD_FILE_ENV} or "
-                       "--autotune_remote_cache_password_file)")
-        elif fatal == "tls":
-            reason += " (check --autotune_remote_cache_ca_file)"
+        reason += failure_hint(error)
         if self.unreachable is None:
             self.unreachable = reason
             then = ("the remote tier is switched off now (retrying cannot "
@@ -373,6 +369,19 @@ class RemoteCache:
         if self.switched_off:
             line += f"; switched off ({self.unreachable})"
         return line
+
+
+def failure_hint(error, password_flag="--autotune_remote_cache_password_file",
+                 ca_flag="--autotune_remote_cache_ca_file"):
+    """What to check after a failure that retrying cannot fix, as
+    " (check ...)", or "" for any other failure."""
+    fatal = _permanent_failure(error)
+    if fatal == "auth":
+        return (f" (check {PASSWORD_ENV}, {PASSWORD_FILE_ENV} or "
+                f"{password_flag})")
+    if fatal == "tls":
+        return f" (check {ca_flag})"
+    return ""
 
 
 def _permanent_failure(error):

@@ -59,8 +59,10 @@ class Namespace:
         try:
             return fn()
         except Exception as e:  # any server fault: one line, exit 2
-            raise _tool_error(f"{self.display}: {what} failed: "
-                              f"{type(e).__name__}: {e}")
+            raise _tool_error(
+                f"{self.display}: {what} failed: {type(e).__name__}: {e}"
+                + remote_cache.failure_hint(e, "--password_file",
+                                            "the server's certificate"))
 
     def names(self):
         """Every key of the namespace, any key version, sorted."""

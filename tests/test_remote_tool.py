@@ -140,6 +140,8 @@ def test_unreachable_server_and_secrets(tmp_path, capsys, monkeypatch):
         assert cache_tool.main(["push", src, "--to", srv.url]) == 2
         err = capsys.readouterr().err
         assert "autotune_cache: error:" in err and srv.url in err
+        assert "AUTOTUNE_REMOTE_CACHE_PASSWORD" in err and \
+            "--password_file)" in err
         (tmp_path / "pw").write_text("letmein\n")
         assert cache_tool.main(["push", src, "--to", srv.url,
                                 "--password_file",
