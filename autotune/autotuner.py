@@ -38,6 +38,7 @@ class AutotuneWarning(UserWarning):
     """Something about a tuned kernel the user should know, once."""
 
 
+SEARCHES = ("exhaustive", "evolutionary")
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg",
                    "ir_override")
 
@@ -129,7 +130,7 @@ class Autotuner(KernelInterface):
                  use_cuda_graph=False, do_bench=None, cache_results=False, *,
                  reference=None, outputs=None, rtol=None, atol=None,
                  name=None, space=None, search="exhaustive", budget=None,
-                 seed=0, timeout_s=60.0):
+                 seed=0, timeout_s=60.0, time_budget_s=None):
         self.fn = self.kernel = fn
         self.base_fn = _base_function(fn)
         self.name = name or self.base_fn.__name__
@@ -148,6 +149,16 @@ class Autotuner(KernelInterface):
                     f"{self.name}: {param} names {', '.join(unknown)}, not "
                     f"arguments of the kernel ({', '.join(self.arg_names)})")
         self.space = space
+        if search not in SEARCHES:
+            raise AutotuneArgumentError(
+                f"{self.name}: search={search!r}; expected one of "
+                f"{', '.join(map(repr, SEARCHES))}")
+        for what, value in (("budget", budget),
+                            ("time_budget_s", time_budget_s)):
+            if value is not None and not value > 0:
+                raise AutotuneArgumentError(
+                    f"{self.name}: {what}={value!r}; expected a number > 0 "
+                    "(or None for the default)")
         if not configs and space is None:
             # Triton's default: one config, launched without tuning.
             configs = [Config({}, num_warps=4, num_stages=3, num_ctas=1)]
@@ -159,6 +170,15 @@ class Autotuner(KernelInterface):
             tuned |= set(config.kwargs)
         if space is not None:
             tuned |= set(space.param_names)
+        unknown = sorted(tuned - set(self.arg_names))
+        if unknown:
+            # Each would be passed to the kernel as a keyword it does not
+            # take: every candidate would fail, for a reason a misspelt
+            # name hides.
+            raise AutotuneArgumentError(
+                f"{self.name}: the {'space' if space is not None else 'configs'}"
+                f" set {', '.join(unknown)}, not arguments of the kernel "
+                f"({', '.join(self.arg_names)})")
         self._refused = frozenset(tuned | set(_LAUNCH_OPTIONS))
         self._single = (Config.from_triton(self.configs[0])
                         if space is None and len(self.configs) == 1 else None)
@@ -203,6 +223,7 @@ class Autotuner(KernelInterface):
         self.rtol, self.atol = rtol, atol
         self.search = search
         self.budget = budget
+        self.time_budget_s = time_budget_s
         self.seed = seed
         self.timeout_s = timeout_s
         self.best_config = None
@@ -531,7 +552,15 @@ class Autotuner(KernelInterface):
         reference = None
         if self.reference is not None:
             def reference(**_tensors):
-                return self.reference(**named)  # may return (rtol, atol)
+                result = self.reference(**named)  # may return (rtol, atol)
+                if result is not None and not (
+                        isinstance(result, tuple) and len(result) == 2):
+                    self._warn_once("reference-return", (
+                        f"autotune: {self.name}: reference= returned a "
+                        f"{type(result).__name__}, which is ignored (only an "
+                        "(rtol, atol) pair is read): it must write the "
+                        "expected values into the output tensors, in place"))
+                return result
         checker = None
         if sess.options.autotune_compile_check:
             from autotune import compile_check
@@ -583,7 +612,7 @@ class Autotuner(KernelInterface):
                     first.append(incumbent)
                 result = evolutionary.tune_with_search(
                     evaluator, self.space, budget=budget, seed=self.seed,
-                    seeds=first, pool=pool)
+                    seeds=first, pool=pool, time_budget_s=self.time_budget_s)
                 result = tuner.reselect(evaluator, result, incumbent)
         finally:
             if pool is not None:
@@ -626,7 +655,7 @@ def autotune(configs=None, key=(), prune_configs_by=None, reset_to_zero=None,
     @autotune(configs=[...], key=[...]) over @triton.jit (or over
     @triton.heuristics). options: this project's keywords (reference=,
     outputs=, rtol=, atol=, name=, space=, search=, budget=, seed=,
-    timeout_s=)."""
+    timeout_s=, time_budget_s=)."""
     def wrap(kernel):
         return Autotuner(kernel, None, configs, key, reset_to_zero,
                          restore_value, pre_hook=pre_hook,

@@ -13,11 +13,13 @@ import os
 import statistics
 import time
 
+from autotune.errors import AutotuneError
+
 BACKEND_NAMES = ("auto", "gpu", "interpreter")
 
 
-class BackendError(Exception):
-    pass
+class BackendError(AutotuneError):
+    """A backend that cannot run here (the flag against the machine)."""
 
 
 class Timing:

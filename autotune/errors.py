@@ -1,8 +1,10 @@
 """The errors rules_autotune raises for users.
 
-Everything a user can get wrong (flags, cache files, cache directories)
-raises an AutotuneError, so one `except autotune.AutotuneError` catches
-them all; CacheFileError adds the path of the file at fault.
+Everything a user can get wrong (flags, cache files, cache directories,
+spaces, search settings, a fusion no config of which runs, a backend the
+machine lacks, a remote cache setting) raises an AutotuneError or a
+subclass of it, so one `except autotune.AutotuneError` catches them all;
+CacheFileError adds the path of the file at fault.
 """
 
 

@@ -13,13 +13,14 @@ import shlex
 from absl import flags as absl_flags
 
 from autotune.backends import BACKEND_NAMES
+from autotune.errors import AutotuneError
 
 ENV_VAR = "AUTOTUNE_FLAGS"
 MISS_POLICIES = ("tune", "nearest", "seeded")
 
 
-class AutotuneFlagsError(Exception):
-    pass
+class AutotuneFlagsError(AutotuneError):
+    """A flag that cannot be parsed or used."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,7 +27,7 @@ import urllib.parse
 from autotune import cache_key as keys
 from autotune.codec import binary
 from autotune.records import KEY_VERSION
-from autotune.errors import CacheFileError
+from autotune.errors import AutotuneError, CacheFileError
 
 SCHEMES = ("redis", "rediss")
 MODES = ("update", "read")
@@ -40,7 +40,7 @@ MAX_CONSECUTIVE_FAILURES = 3
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-/]{1,64}$")
 
 
-class RemoteCacheError(Exception):
+class RemoteCacheError(AutotuneError):
     """A remote cache setting that cannot be used (URL, password source)."""
 
 

@@ -18,11 +18,12 @@ import time
 from typing import NamedTuple
 
 from autotune import backends
+from autotune.errors import AutotuneError
 from autotune.records import Candidate, Provenance
 
 
-class TuningError(Exception):
-    pass
+class TuningError(AutotuneError):
+    """No config of a fusion ran correctly, or tuning cannot go on."""
 
 
 class DeviceContextLostError(TuningError):

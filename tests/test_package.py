@@ -80,3 +80,18 @@ def test_wheel_holds_the_pytest_entry_point_module(tmp_path):
     # The zero-edit path puts this directory on the import path.
     assert "autotune/dropin/sitecustomize.py" in names
     assert "[pytest11]\npytest_autotune = pytest_autotune\n" in text
+
+
+def test_every_error_users_meet_is_an_autotune_error():
+    """One `except autotune.AutotuneError` catches them all (README)."""
+    from autotune import backends, compile_check, flags, remote_cache, tuner
+    from autotune.search import evolutionary, space
+    for cls in (space.SpaceError, evolutionary.SearchError,
+                tuner.TuningError, tuner.DeviceContextLostError,
+                backends.BackendError, flags.AutotuneFlagsError,
+                remote_cache.RemoteCacheError,
+                compile_check.CompileCheckError, autotune.CacheFileError,
+                autotune.AutotuneCacheMissError):
+        assert issubclass(cls, autotune.AutotuneError), cls
+    with pytest.raises(autotune.AutotuneError, match="no values"):
+        autotune.Space({"BLOCK": []})

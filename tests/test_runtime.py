@@ -1,4 +1,5 @@
 import json
+import re
 import types
 
 import pytest
@@ -298,3 +299,55 @@ def test_slow_first_run_is_a_timeout_and_never_wins(monkeypatch):
     assert kinds == {slow: "TIMEOUT", fast: "NONE"}
     assert result.best.config == fast
     assert "limit 0.1 s" in result.candidates[0].failure_detail
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(configs=[Config({"BLOCK": 16, "BUG": 0, "BLOCK_Z": 8})]),
+     "the configs set BLOCK_Z, not arguments of the kernel (x, y, n, alpha, "
+     "BLOCK, BUG)"),
+    (dict(configs=None, space=autotune.Space({"BLOCKK": [16, 32],
+                                              "BUG": [0]})),
+     "the space set BLOCKK, not arguments of the kernel"),
+    (dict(configs=None, space=autotune.Space({"BLOCK": [16, 32],
+                                              "BUG": [0]}),
+          search="genetic"),
+     "search='genetic'; expected one of 'exhaustive', 'evolutionary'"),
+    (dict(configs=None, space=autotune.Space({"BLOCK": [16, 32],
+                                              "BUG": [0]}),
+          search="evolutionary", budget=0),
+     "budget=0; expected a number > 0"),
+    (dict(time_budget_s=-1.0), "time_budget_s=-1.0; expected a number > 0"),
+])
+def test_arguments_that_could_only_fail_later_fail_at_decoration(
+        options, message):
+    configs = options.pop("configs", tk.GOOD)
+    with pytest.raises(autotune.AutotuneError) as err:
+        autotune.tune(tk.axpb_kernel, configs, key=["n"], **options)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("params, constraints, message", [
+    ({}, (), "nothing to search"),
+    ({"A": [1, 2]}, ["A * B <= 64"],
+     "constraint 'A * B <= 64' names B, not parameters of the space "
+     "(A, num_stages, num_warps)"),
+])
+def test_space_mistakes_fail_when_the_space_is_built(params, constraints,
+                                                     message):
+    with pytest.raises(autotune.AutotuneError, match=re.escape(message)):
+        autotune.Space(params, constraints=constraints)
+    # A space with only launch options to choose is a space.
+    assert len(autotune.Space({}, num_warps=[2, 4])) == 2
+    assert len(autotune.Space({"A": [1, 2]},
+                              constraints=["A <= max(num_warps, 1)"])) == 2
+
+
+def test_reference_that_returns_its_result_is_told_what_to_do(
+        session_factory):
+    session_factory()
+    tuned = tk.make_tuner(tk.GOOD, reference=lambda x, alpha, **_: x * alpha
+                          + 1.0)
+    with pytest.warns(autotune.AutotuneWarning,
+                      match="reference= returned a Tensor, which is ignored"):
+        with pytest.raises(autotune.AutotuneError):
+            tk.run(tuned, 40)

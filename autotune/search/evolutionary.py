@@ -39,11 +39,12 @@ import time
 
 import numpy as np
 
+from autotune.errors import AutotuneError
 from autotune.records import Candidate
 from autotune.search.space import SpaceError
 
 
-class SearchError(Exception):
+class SearchError(AutotuneError):
     pass
 
 
@@ -533,7 +534,8 @@ def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),
     tuner's CandidateEvaluator, and a parallel.CandidatePool, when given,
     measures each batch in its workers. Returns a tuner.TuneResult."""
     from autotune import tuner
-    budget = budget or max(16, min(len(space), 64))
+    if budget is None:
+        budget = max(16, min(len(space), 64))
     search = EvolutionarySearch(space, budget=budget, seed=seed, seeds=seeds,
                                 time_budget_s=time_budget_s)
 

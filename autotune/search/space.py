@@ -7,27 +7,38 @@
 A constraint is a Python expression over the parameter names (num_warps
 and num_stages included) or a callable taking a dict of them.
 """
+import ast
 import itertools
 
+from autotune.errors import AutotuneError
 from autotune.records import Config
 
-class SpaceError(Exception):
-    pass
+
+class SpaceError(AutotuneError):
+    """A space that cannot be searched (no parameter, a bad constraint)."""
+
+
+_CONSTRAINT_FUNCTIONS = {"min": min, "max": max, "abs": abs}
 
 
 class Space:
     def __init__(self, params, constraints=(), num_warps=(4,),
                  num_stages=(2,)):
-        if not params and len(num_warps) * len(num_stages) == 0:
-            raise SpaceError("empty search space: no parameters")
+        if not params and len(num_warps) * len(num_stages) <= 1:
+            raise SpaceError("nothing to search: no parameters, and at most "
+                             "one num_warps and num_stages")
         self.params = {name: list(values) for name, values in params.items()}
         for name, values in self.params.items():
             if not values:
                 raise SpaceError(f"parameter {name} has no values")
         self.launch = {"num_warps": list(num_warps),
                        "num_stages": list(num_stages)}
-        self.constraints = [self._compile(c) for c in constraints]
+        self.constraints = [self._compile(c, self._names())
+                            for c in constraints]
         self._configs = None
+
+    def _names(self):
+        return set(self.params) | set(self.launch)
 
     @property
     def param_names(self):
@@ -39,7 +50,7 @@ class Space:
         return list(self.params.items()) + list(self.launch.items())
 
     @staticmethod
-    def _compile(constraint):
+    def _compile(constraint, names):
         if callable(constraint):
             return constraint, getattr(constraint, "__name__", repr(constraint))
         try:
@@ -47,8 +58,18 @@ class Space:
         except SyntaxError as e:
             raise SpaceError(f"constraint {constraint!r} is not a Python "
                              f"expression: {e.msg}")
-        return (lambda values: eval(code, {"__builtins__": {
-            "min": min, "max": max, "abs": abs}}, values)), constraint
+        # A name that is not a parameter would only fail when the space is
+        # first enumerated (a run that only hits the cache never does).
+        used = {node.id for node in ast.walk(ast.parse(constraint,
+                                                       mode="eval"))
+                if isinstance(node, ast.Name)}
+        unknown = sorted(used - names - set(_CONSTRAINT_FUNCTIONS))
+        if unknown:
+            raise SpaceError(
+                f"constraint {constraint!r} names {', '.join(unknown)}, not "
+                f"parameters of the space ({', '.join(sorted(names))})")
+        return (lambda values: eval(code, {
+            "__builtins__": _CONSTRAINT_FUNCTIONS}, values)), constraint
 
     def allows(self, values):
         for check, text in self.constraints:
