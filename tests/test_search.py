@@ -264,7 +264,25 @@ def test_simulate_cli_table_missing_a_config(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no measurement for x=5 y=3" in result.stderr
+    assert "--constraints T1.json" in result.stderr
+    assert "--missing_as_failed" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_optimum_is_the_fastest_config_the_constraints_allow(tmp_path):
+    path = synthetic_table(tmp_path / "t.json.gz")
+    assert simulate.TimingTable(path).optimum() == 1.0  # x=5, y=3
+    # The constraint excludes it: the best allowed is x=4, y=3 (2 ms).
+    assert simulate.TimingTable(path, ["x <= 4"]).optimum() == 2.0
+
+
+def test_landscape_says_when_it_lists_only_the_fastest_optima():
+    many = simulate.Landscape(20, 20, [(1.0 + i / 10, 1) for i in range(7)],
+                              [1.0])
+    assert "7 local optima (time / optimum, share of descents ending " \
+        "there): the 5 fastest: 1.000x (5%)" in many.summary()
+    few = simulate.Landscape(9, 9, [(1.0, 5), (1.5, 4)], [1.0])
+    assert "fastest" not in few.summary()
 
 
 def test_simulate_cli_counts_missing_configs_as_failed(tmp_path):

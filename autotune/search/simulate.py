@@ -84,11 +84,21 @@ class TimingTable:
         try:
             return self.times[self.key_of(config)]
         except KeyError:
-            raise TableMiss(f"{self.path}: no measurement for "
-                            f"{config.short()}") from None
+            raise TableMiss(
+                f"{self.path}: no measurement for {self.describe(config)} "
+                "(a table recorded under constraints needs them: "
+                "--constraints T1.json; an incomplete table: "
+                "--missing_as_failed)") from None
+
+    def describe(self, config):
+        """The config as the table's parameters (no launch options)."""
+        return " ".join(f"{k}={config.kwargs[k]}" for k in self.keys)
 
     def optimum(self):
-        return min(t for t in self.times.values() if isinstance(t, float))
+        """The fastest measured config of the space (the constraints
+        applied: an extra constraint can exclude the table's fastest)."""
+        return min(self.times[k] for k in self._valid_keys()
+                   if isinstance(self.times.get(k), float))
 
     def config_of(self, values):
         return Config(dict(zip(self.keys, values)), 4, 2)
@@ -204,6 +214,8 @@ class Landscape:
     def summary(self):
         shown = ", ".join(f"{r:.3f}x ({100.0 * n / self.measured:.0f}%)"
                           for r, n in self.optima[:5])
+        if len(self.optima) > 5:
+            shown = f"the 5 fastest: {shown}"
         return (f"{self.size} configs, {self.measured} measured; "
                 f"{self.within(1.01)} within 1% of the optimum, "
                 f"{self.within(1.05)} within 5%; {len(self.optima)} local "
@@ -309,7 +321,7 @@ def main(argv=None):
               "evaluations", file=sys.stderr)
         return 1
     print(f"best after {len(result.measurements)} evaluations: "
-          f"{result.best.config.short()} {result.best.time:.4f} ms "
+          f"{table.describe(result.best.config)} {result.best.time:.4f} ms "
           f"({result.best.time / table.optimum():.4f} x the table's "
           "optimum)")
     return 0
