@@ -63,6 +63,10 @@ def asks_for_autotune(config, options=None):
     if any(getattr(options, name, None) not in (None, False)
            for name in OPTIONS):
         return True
+    # -o autotune_cache=...: pytest 8 keeps these out of inicfg.
+    if any(str(item).split("=", 1)[0].strip().startswith("autotune")
+           for item in getattr(options, "override_ini", None) or ()):
+        return True
     return any(name.startswith("autotune")
                for name in getattr(config, "inicfg", {}) or {})
 

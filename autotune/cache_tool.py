@@ -31,7 +31,7 @@ import sys
 from autotune import codec, remote_tool
 from autotune.cache_storage import PerFusionDirectory
 from autotune.records import KEY_VERSION
-from autotune.errors import CacheFileError
+from autotune.errors import AutotuneError, CacheFileError
 
 POLICIES = ("fail", "prefer-faster", "prefer-newer", "prefer-first")
 
@@ -394,7 +394,10 @@ def tree_kernels(modules):
         for value in vars(module).values():
             if triton_autotuner is not None and \
                     isinstance(value, triton_autotuner):
-                value = from_triton_autotuner(value)
+                try:
+                    value = from_triton_autotuner(value)
+                except AutotuneError as e:
+                    raise ToolError(f"--kernel_module={name}: {e}")
             if isinstance(value, Autotuner):
                 known[value.name] = value.fingerprint
     return known

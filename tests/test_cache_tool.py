@@ -277,3 +277,40 @@ def test_verify_knows_kernels_written_for_triton_autotune():
     assert sorted(found["plain"]) == ["axpy_inplace_kernel",
                                       "clamp_inplace_kernel"]
     assert found["plain"] == found["dropin"]
+
+
+_BAD_TRITON_KERNELS = """
+import triton
+import triton.language as tl
+
+
+def first(nargs):
+    pass
+
+
+def second(nargs):
+    pass
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}, pre_hook=first),
+                          triton.Config({"BLOCK": 16}, pre_hook=second)],
+                 key=["n"])
+@triton.jit
+def twice_kernel(x, n, BLOCK: tl.constexpr):
+    pass
+"""
+
+
+def test_a_kernel_module_the_dropin_refuses_is_one_line(tmp_path):
+    (tmp_path / "twice.py").write_text(_BAD_TRITON_KERNELS)
+    cache = tmp_path / "c.textproto"
+    results_io.dump_results(make_entries(1), cache)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path)]))
+    env.pop("AUTOTUNE_FLAGS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "autotune.cache_tool", "verify", str(cache),
+         "--kernel_module", "twice"], env=env, cwd=tmp_path,
+        capture_output=True, text=True)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "--kernel_module=twice: " in result.stderr

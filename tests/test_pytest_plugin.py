@@ -630,3 +630,13 @@ def test_kernels_of_triton_autotune_without_the_dropin_are_named(bare):
                             "test_uses.py")
     assert outcomes(result) == {"passed": 1}, result.output
     assert "did not use the cache" not in result.output
+
+
+def test_a_cache_given_with_override_ini_turns_the_plugin_on(bare):
+    """`-o autotune_cache=...` alone asks for autotuning (pytest 8 keeps
+    -o values out of the ini file's keys)."""
+    (bare.path / "pyproject.toml").write_text("")
+    result = run_pytest(bare, *PLUGIN, "-o", "autotune_cache=other.textproto")
+    assert result.returncode == 4, result.output
+    assert "other.textproto does not exist; run `pytest --autotune-update`" \
+        in _error_line(result)

@@ -276,6 +276,20 @@ def test_optimum_is_the_fastest_config_the_constraints_allow(tmp_path):
     assert simulate.TimingTable(path, ["x <= 4"]).optimum() == 2.0
 
 
+def test_a_space_with_no_measured_config_is_an_error(tmp_path):
+    path = synthetic_table(tmp_path / "t.json.gz", failing=((9, 5),))
+    table = simulate.TimingTable(path, ["x >= 9", "y >= 5"])
+    for call in (table.optimum, lambda: table.hill_climb(5, 0)):
+        with pytest.raises(simulate.TableError,
+                           match="no config of the space has a measured"):
+            call()
+    result = subprocess.run([sys.executable, "-m", "autotune.search.simulate",
+                             path, "--landscape", "--constraint", "x >= 9",
+                             "--constraint", "y >= 5"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
 def test_landscape_says_when_it_lists_only_the_fastest_optima():
     many = simulate.Landscape(20, 20, [(1.0 + i / 10, 1) for i in range(7)],
                               [1.0])

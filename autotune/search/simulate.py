@@ -97,8 +97,12 @@ class TimingTable:
     def optimum(self):
         """The fastest measured config of the space (the constraints
         applied: an extra constraint can exclude the table's fastest)."""
-        return min(self.times[k] for k in self._valid_keys()
-                   if isinstance(self.times.get(k), float))
+        times = [self.times[k] for k in self._valid_keys()
+                 if isinstance(self.times.get(k), float)]
+        if not times:
+            raise TableError(f"{self.path}: no config of the space has a "
+                             "measured time")
+        return min(times)
 
     def config_of(self, values):
         return Config(dict(zip(self.keys, values)), 4, 2)
@@ -144,6 +148,9 @@ class TimingTable:
             return t if isinstance(t, float) else math.inf
         start = [k for k in sorted(self._valid_keys(), key=repr)
                  if isinstance(self.times.get(k), float)]
+        if not start:
+            raise TableError(f"{self.path}: no config of the space has a "
+                             "measured time")
         current = rng.choice(start)
         seen = {current}
         while len(seen) < budget:

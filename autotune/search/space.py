@@ -60,10 +60,13 @@ class Space:
                              f"expression: {e.msg}")
         # A name that is not a parameter would only fail when the space is
         # first enumerated (a run that only hits the cache never does).
-        used = {node.id for node in ast.walk(ast.parse(constraint,
-                                                       mode="eval"))
-                if isinstance(node, ast.Name)}
-        unknown = sorted(used - names - set(_CONSTRAINT_FUNCTIONS))
+        nodes = [node for node in ast.walk(ast.parse(constraint, mode="eval"))
+                 if isinstance(node, ast.Name)]
+        # Names the expression binds itself (a generator's or a walrus's
+        # target) are not the space's.
+        bound = {n.id for n in nodes if isinstance(n.ctx, ast.Store)}
+        used = {n.id for n in nodes if isinstance(n.ctx, ast.Load)}
+        unknown = sorted(used - bound - names - set(_CONSTRAINT_FUNCTIONS))
         if unknown:
             raise SpaceError(
                 f"constraint {constraint!r} names {', '.join(unknown)}, not "
