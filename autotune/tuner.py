@@ -26,6 +26,16 @@ class TuningError(AutotuneError):
     """No config of a fusion ran correctly, or tuning cannot go on."""
 
 
+def no_config_ran(candidates):
+    """The error for a fusion none of whose candidates ran correctly: the
+    failure kinds and the first one's detail (often the whole story, as a
+    misspelt config key: "missing 1 required positional argument")."""
+    kinds = ", ".join(sorted({c.failure for c in candidates}))
+    first = candidates[0].failure_detail if candidates else ""
+    return TuningError(f"no config ran correctly ({len(candidates)} tried; "
+                       f"failures: {kinds}); first: {first}")
+
+
 class DeviceContextLostError(TuningError):
     """A candidate left the CUDA context unusable (an illegal address, a
     device-side assert): CUDA cannot recover it inside the process, so the
@@ -564,10 +574,7 @@ def run_candidates(evaluator, configs, tuner_name="exhaustive",
             timings[config] = timing
     if not any(c.ok for c in candidates):
         evaluator.finish()
-        kinds = ", ".join(sorted({c.failure for c in candidates}))
-        raise TuningError(f"no config ran correctly ({len(candidates)} tried; "
-                          f"failures: {kinds}); first: "
-                          f"{candidates[0].failure_detail if candidates else ''}")
+        raise no_config_ran(candidates)
     selection = select_winner(candidates, timings, evaluator.retime,
                               incumbent, rule)
     evaluator.finish()

@@ -368,3 +368,18 @@ def test_reference_that_returns_its_result_is_told_what_to_do(
         warnings.filterwarnings("error", message=".*returned a Tensor.*")
         x, y = tk.run(tuned, 40)
     assert torch.allclose(y, x * 2.0 + 1.0)
+
+
+def test_search_that_finds_no_working_config_says_why(session_factory):
+    """The search path reports the failure kinds and the first detail, as
+    the config-list path does: here a misspelt space key."""
+    session_factory()
+    tuned = autotune.tune(tk.axpb_kernel, None, key=["n"],
+                          space=autotune.Space({"BLOCKK": [16, 32],
+                                                "BUG": [0]}),
+                          search="evolutionary", budget=2)
+    with pytest.raises(autotune.AutotuneError) as err:
+        tk.run(tuned, 40)
+    assert "no config ran correctly (2 tried; failures: RUNTIME_ERROR); " \
+        "first: TypeError:" in str(err.value)
+    assert "'BLOCK'" in str(err.value)

@@ -553,8 +553,7 @@ def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),
     candidates = [Candidate(m.config, m.time or 0.0, m.failure, m.detail)
                   for m in result.measurements]
     if result.best is None:
-        raise tuner.TuningError(f"no config ran correctly ({len(candidates)} "
-                                "tried)")
+        raise tuner.no_config_ran(candidates)
     best = next(c for c in candidates if c.config == result.best.config)
     spread = result.best.timing.spread if result.best.timing else 0.0
     return tuner.TuneResult(candidates, best, spread, result.seconds,
