@@ -356,10 +356,15 @@ def test_reference_that_returns_its_result_is_told_what_to_do(
     session_factory()
     tuned = tk.make_tuner(tk.GOOD, reference=lambda x, alpha, **_: x * alpha
                           + 1.0)
+    # y starts as zeros, not as tk.run's empty_like: reused memory could
+    # already hold the right values, and then nothing would differ.
+    x = torch.arange(40, dtype=torch.float32, device=autotune.device())
+    y = torch.zeros_like(x)
     with pytest.warns(autotune.AutotuneWarning,
                       match="reference= returned a Tensor, which is ignored"):
         with pytest.raises(autotune.AutotuneError):
-            tk.run(tuned, 40)
+            tuned[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](
+                x, y, 40, 2.0)
     # Returning the output it wrote (y.copy_() returns y) is fine.
     tuned = tk.make_tuner(tk.GOOD, name="writes_and_returns",
                           reference=lambda x, y, alpha, **_:
