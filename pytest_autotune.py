@@ -20,32 +20,33 @@ INI_CACHE = "autotune_cache"
 INI_REQUIRE = "autotune_require_complete"
 INI_BACKEND = "autotune_backend"
 INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND)
-# The command-line options' destinations, in the order they are declared.
-OPTIONS = ("autotune_cache", "autotune_update", "autotune_prune_unused",
-           "autotune_require_complete", "autotune_report")
+_PATH = dict(metavar="PATH", default=None)
+_SWITCH = dict(action="store_true", default=False)
+# (flag, argparse keywords, help), in the order --help lists them.
+_OPTIONS = (
+    ("--autotune-cache", _PATH,
+     f"results file the session loads (overrides the {INI_CACHE} ini key; "
+     "relative to the current directory)"),
+    ("--autotune-update", _SWITCH,
+     "tune every fusion the selected tests meet and rewrite the cache at "
+     "the end, keeping the entries of fusions not run"),
+    ("--autotune-prune-unused", _SWITCH,
+     "with --autotune-update on a full run: drop entries no test used"),
+    # None, not False: unset lets the ini key decide.
+    ("--autotune-require-complete", dict(_SWITCH, default=None),
+     "fail every test that misses the cache, naming the fusion (stale or "
+     "missing)"),
+    ("--autotune-report", _PATH,
+     "write the session's autotune report (JSON) to PATH"),
+)
+# Their destinations on config.option.
+OPTIONS = tuple(flag[2:].replace("-", "_") for flag, _, _ in _OPTIONS)
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("autotune", "persisted Triton autotuning")
-    group.addoption(
-        "--autotune-cache", metavar="PATH", default=None,
-        help=f"results file the session loads (overrides the {INI_CACHE} "
-             "ini key; relative to the current directory)")
-    group.addoption(
-        "--autotune-update", action="store_true", default=False,
-        help="tune every fusion the selected tests meet and rewrite the "
-             "cache at the end, keeping the entries of fusions not run")
-    group.addoption(
-        "--autotune-prune-unused", action="store_true", default=False,
-        help="with --autotune-update on a full run: drop entries no test "
-             "used")
-    group.addoption(
-        "--autotune-require-complete", action="store_true", default=None,
-        help="fail every test that misses the cache, naming the fusion "
-             "(stale or missing)")
-    group.addoption(
-        "--autotune-report", metavar="PATH", default=None,
-        help="write the session's autotune report (JSON) to PATH")
+    for flag, keywords, text in _OPTIONS:
+        group.addoption(flag, help=text, **keywords)
     parser.addini(INI_CACHE, "autotune results file, relative to the ini "
                   "file (text: .textproto/.pbtxt/.txt; otherwise binary)",
                   default=None)
@@ -64,11 +65,17 @@ def asks_for_autotune(config, options=None):
            for name in OPTIONS):
         return True
     # -o autotune_cache=...: pytest 8 keeps these out of inicfg.
-    if any(str(item).split("=", 1)[0].strip().startswith("autotune")
-           for item in getattr(options, "override_ini", None) or ()):
+    if any(name.startswith("autotune")
+           for name in override_ini_names(options)):
         return True
     return any(name.startswith("autotune")
                for name in getattr(config, "inicfg", {}) or {})
+
+
+def override_ini_names(options):
+    """The ini keys given with -o/--override-ini."""
+    return [str(item).split("=", 1)[0].strip()
+            for item in getattr(options, "override_ini", None) or ()]
 
 
 def pytest_load_initial_conftests(early_config, parser, args):

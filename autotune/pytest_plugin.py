@@ -28,7 +28,8 @@ import tempfile
 import pytest
 
 try:
-    from pytest_autotune import INI_BACKEND, INI_CACHE, INI_KEYS, INI_REQUIRE
+    from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_KEYS,
+                                 INI_REQUIRE, override_ini_names)
 except ImportError:
     # Loaded through the entry point of an install made before the plugin
     # moved to pytest_autotune: pytest_configure below says to reinstall.
@@ -155,9 +156,8 @@ def _check_ini_keys(config):
 
 def _ini_source(config, name):
     """Where an ini value came from, for messages: -o beats the file."""
-    for item in getattr(config.option, "override_ini", None) or ():
-        if item.split("=", 1)[0].strip() == name:
-            return "(given with -o/--override-ini)"
+    if name in override_ini_names(config.option):
+        return "(given with -o/--override-ini)"
     if config.inipath:
         return f"in {config.inipath}"
     return "in the ini file"
@@ -675,16 +675,16 @@ def bypassing_kernels(root):
     while the drop-in is not installed: they tune at every run, unseen by
     the cache. Names as module.attribute, sorted."""
     from autotune import autotuner
-    triton_module = sys.modules.get("triton.runtime.autotuner")
-    if triton_module is None or autotuner.installed():
+    cls = autotuner.triton_autotuner_class()
+    if cls is None or autotuner.installed():
         return []
-    cls = triton_module.Autotuner
     root = os.path.join(os.path.realpath(root), "")
     found = set()
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if not path or not os.path.realpath(path).startswith(root) or \
-                "site-packages" in path or "dist-packages" in path:
+        # The cheap tests first: this walks every loaded module.
+        if not path or "site-packages" in path or "dist-packages" in path \
+                or not os.path.realpath(path).startswith(root):
             continue
         for attr, value in list(vars(module).items()):
             if isinstance(value, cls):
