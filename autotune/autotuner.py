@@ -674,6 +674,14 @@ _INSTALLED = {}
 _INSTALL_LOCK = threading.Lock()
 
 
+def triton_autotuner_class():
+    """Triton's own Autotuner class, or None when nothing has imported
+    Triton's autotuner (then no kernel can be one; Triton is not imported
+    here for the question)."""
+    module = sys.modules.get("triton.runtime.autotuner")
+    return getattr(module, "Autotuner", None)
+
+
 def from_triton_autotuner(triton_autotuner):
     """This project's autotuner for a kernel that triton.autotune already
     decorated: the same configs, key, hooks and pruning."""
@@ -762,4 +770,4 @@ def installed():
 
 __all__ = ["Autotuner", "AutotuneArgumentError", "AutotuneWarning",
            "autotune", "from_triton_autotuner", "install", "installed",
-           "tune", "uninstall"]
+           "triton_autotuner_class", "tune", "uninstall"]

@@ -62,14 +62,15 @@ def _read_sniffed(path, data, parse_all):
         raise ToolError(f"{path}: {e.reason}")
 
 
-def read_cache(path, parse_all=False):
+def read_cache(path, parse_all=False, warn=None):
     """Entries of a results file or a per-fusion directory. parse_all: parse
     every field of a binary file now (verify, show); otherwise candidates
     and provenance are parsed when used, and copied unparsed when written
     in the same format. `-` reads stdin; when the extension does not say
-    text or binary, the content does."""
+    text or binary, the content does. A remote namespace's values that are
+    not entries are skipped and given to `warn` (default: a warning)."""
     if remote_tool.is_remote_url(path):
-        return remote_tool.read_remote(path)
+        return remote_tool.read_remote(path, warn)
     if path == "-":
         entries = _read_sniffed(path, sys.stdin.buffer.read(), parse_all)
         try:
@@ -378,7 +379,8 @@ def tree_kernels(modules):
     this project's autotuners, and kernels decorated with Triton's own
     triton.autotune, which the drop-in tunes under the same name and
     fingerprint."""
-    from autotune.autotuner import Autotuner, from_triton_autotuner
+    from autotune.autotuner import (Autotuner, from_triton_autotuner,
+                                    triton_autotuner_class)
     root = workspace_import_root()
     if root and root not in sys.path:
         sys.path.append(root)
@@ -389,8 +391,7 @@ def tree_kernels(modules):
         except Exception as e:  # the module's own code raised
             raise ToolError(f"--kernel_module={name}: cannot import: "
                             f"{type(e).__name__}: {e}")
-        triton_autotuner = getattr(sys.modules.get(
-            "triton.runtime.autotuner"), "Autotuner", None)
+        triton_autotuner = triton_autotuner_class()
         for value in vars(module).values():
             if triton_autotuner is not None and \
                     isinstance(value, triton_autotuner):
@@ -437,16 +438,13 @@ def cmd_verify(args):
     bad = 0
     for path in args.paths:
         try:
-            if remote_tool.is_remote_url(path):
-                # A bad value in a namespace is a finding, like a stale
-                # entry: the others are still read.
-                skipped = []
-                entries = remote_tool.read_remote(path, warn=skipped.append)
-                for line in skipped:
-                    findings += 1
-                    print(f"{path}: {line}")
-            else:
-                entries = read_cache(path, parse_all=True)
+            # A bad value in a remote namespace is a finding, like a stale
+            # entry: the others are still read.
+            skipped = []
+            entries = read_cache(path, parse_all=True, warn=skipped.append)
+            for line in skipped:
+                findings += 1
+                print(f"{path}: {line}")
             materialize(entries, path, everything=True)
         except ToolError as e:
             print(f"error: {e}")

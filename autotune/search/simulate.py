@@ -75,6 +75,7 @@ class TimingTable:
         self.space = Space(self.params, constraints=constraints,
                            num_warps=(4,), num_stages=(2,))
         self._valid = None
+        self._measured = None
 
     def key_of(self, config):
         return tuple(config.kwargs[k] for k in self.keys)
@@ -97,15 +98,25 @@ class TimingTable:
     def optimum(self):
         """The fastest measured config of the space (the constraints
         applied: an extra constraint can exclude the table's fastest)."""
-        times = [self.times[k] for k in self._valid_keys()
-                 if isinstance(self.times.get(k), float)]
-        if not times:
-            raise TableError(f"{self.path}: no config of the space has a "
-                             "measured time")
-        return min(times)
+        return min(self._time_of(k) for k in self._measured_keys())
 
     def config_of(self, values):
         return Config(dict(zip(self.keys, values)), 4, 2)
+
+    def _time_of(self, key):
+        """Its time; failed and missing configs are infinitely slow."""
+        t = self.times.get(key)
+        return t if isinstance(t, float) else math.inf
+
+    def _measured_keys(self):
+        """Keys of the space with a measured time, in a fixed order."""
+        if self._measured is None:
+            self._measured = [k for k in sorted(self._valid_keys(), key=repr)
+                              if isinstance(self.times.get(k), float)]
+        if not self._measured:
+            raise TableError(f"{self.path}: no config of the space has a "
+                             "measured time")
+        return self._measured
 
     def _valid_keys(self):
         if self._valid is None:
@@ -142,16 +153,8 @@ class TimingTable:
         ends at and whether that is a local optimum it has verified (every
         neighbour measured)."""
         rng = random.Random(seed)
-
-        def time_of(key):
-            t = self.times.get(key)
-            return t if isinstance(t, float) else math.inf
-        start = [k for k in sorted(self._valid_keys(), key=repr)
-                 if isinstance(self.times.get(k), float)]
-        if not start:
-            raise TableError(f"{self.path}: no config of the space has a "
-                             "measured time")
-        current = rng.choice(start)
+        time_of = self._time_of
+        current = rng.choice(self._measured_keys())
         seen = {current}
         while len(seen) < budget:
             untried = [k for k in self._neighbour_keys(current)
@@ -171,11 +174,8 @@ class TimingTable:
         a time: its local optima, and where a steepest descent from each
         config of the space ends. Failed and missing configs are never a
         destination."""
-        def time_of(key):
-            t = self.times.get(key)
-            return t if isinstance(t, float) else math.inf
-        start = [k for k in self._valid_keys()
-                 if isinstance(self.times.get(k), float)]
+        time_of = self._time_of
+        start = self._measured_keys()
         ends = {}
         for key in start:
             path = []
