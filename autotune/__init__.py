@@ -76,28 +76,26 @@ _EXPORTS = {
     "CacheFileError": "autotune.errors",
     "dump_results": "autotune.codec",
     "load_results": "autotune.codec",
-    "AutotuneCacheMissError": "autotune.runtime",
-    "AutotuneError": "autotune.errors", "Autotuner": "autotune.autotuner",
-    "autotune": "autotune.autotuner", "configure": "autotune.runtime",
-    "session": "autotune.runtime", "tune": "autotune.autotuner",
+    "AutotuneCacheMissError": "autotune.runtime.session",
+    "AutotuneError": "autotune.errors", "Autotuner": "autotune.runtime.autotuner",
+    "autotune": "autotune.runtime.autotuner", "configure": "autotune.runtime.session",
+    "session": "autotune.runtime.session", "tune": "autotune.runtime.autotuner",
     "Space": "autotune.search.space",
-    "device": "autotune.backends",
-    "AutotuneArgumentError": "autotune.autotuner",
-    "AutotuneWarning": "autotune.autotuner",
-    "install": "autotune.autotuner", "uninstall": "autotune.autotuner",
+    "device": "autotune.runtime.session",
+    "AutotuneArgumentError": "autotune.runtime.autotuner",
+    "AutotuneWarning": "autotune.runtime.autotuner",
+    "install": "autotune.runtime.autotuner", "uninstall": "autotune.runtime.autotuner",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
-_SUBMODULES = ("autotuner", "backends", "cache_key", "cache_storage",
-               "cache_tool", "codec", "errors", "flags", "kernels", "records",
-               "remote_cache", "remote_tool", "results_io", "runtime",
-               "search", "tuner")
+_SUBMODULES = ("cache", "cli", "codec", "errors", "flags", "keys", "kernels",
+               "measure", "records", "runtime", "search")
 
 
 def __getattr__(name):
-    if name in _SUBMODULES:  # autotune.runtime without importing it first
+    if name in _SUBMODULES:  # autotune.measure without importing it first
         return _importlib.import_module(f"autotune.{name}")
     module = _EXPORTS.get(name)
     if module is None:

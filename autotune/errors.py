@@ -19,3 +19,11 @@ class CacheFileError(AutotuneError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class ToolError(AutotuneError):
+    """Bad input or usage of a command-line tool: exit 2, one line."""
+
+
+class RemoteToolError(ToolError):
+    """A remote namespace a tool cannot read or write: exit 2, one line."""

@@ -12,10 +12,10 @@ import shlex
 
 from absl import flags as absl_flags
 
-from autotune.backends import BACKEND_NAMES
 from autotune.errors import AutotuneError
 
 ENV_VAR = "AUTOTUNE_FLAGS"
+BACKEND_NAMES = ("auto", "gpu", "interpreter")
 MISS_POLICIES = ("tune", "nearest", "seeded")
 
 

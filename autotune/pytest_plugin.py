@@ -318,12 +318,13 @@ class AutotunePlugin:
         what the plugin decides: which file is loaded, require-complete, the
         backend."""
         import dataclasses
-        from autotune import flags, runtime
+        from autotune import flags
+        from autotune.runtime import session as runtime_session
         s = self.settings
         try:
             env = flags.from_environment()
         except flags.AutotuneFlagsError as e:
-            raise runtime.AutotuneError(str(e)) from None
+            raise runtime_session.AutotuneError(str(e)) from None
         options = {f.name: getattr(env, f.name)
                    for f in dataclasses.fields(env)}
         if s.backend != "auto":
@@ -348,10 +349,11 @@ class AutotunePlugin:
 
     def start_session(self, options):
         """A runtime session with these options, made the current one."""
-        from autotune import flags, runtime
+        from autotune import flags
+        from autotune.runtime import session as runtime_session
         unknown = set(options) - set(flags.flag_names())
         if unknown:
-            raise runtime.AutotuneError(
+            raise runtime_session.AutotuneError(
                 f"unknown option(s) {', '.join(sorted(unknown))}; known: "
                 f"{', '.join(flags.flag_names())}")
         values = dict(options)
@@ -361,12 +363,12 @@ class AutotunePlugin:
         try:
             opts = flags.resolve_options(flags.Options(**values))
         except flags.AutotuneFlagsError as e:
-            raise runtime.AutotuneError(str(e)) from None
+            raise runtime_session.AutotuneError(str(e)) from None
         # The plugin writes the cache and the report itself; the runtime's
         # exit hook must not print or write for this session.
         opts.dump_autotune_results_to = None
         opts.autotune_report_to = None
-        sess = runtime.Session(opts)
+        sess = runtime_session.Session(opts)
         sess.finished = True
         self.sessions.append(sess)
         _install(sess)
@@ -382,10 +384,10 @@ class AutotunePlugin:
                 # worker tuned is a hit for the others, not tuned twice.
                 self.shared_dir = tempfile.mkdtemp(prefix="autotune-xdist-")
             return
-        from autotune import runtime
+        from autotune.runtime import session as runtime_session
         try:
             self.main = self.start_session(self.base_options())
-        except runtime.AutotuneError as e:
+        except runtime_session.AutotuneError as e:
             raise _usage(str(e).replace("autotune: ", "", 1)) from None
 
     def _validate_cache(self):
@@ -432,9 +434,9 @@ class AutotunePlugin:
                 _install(previous)
 
     def _marker_session(self, marker):
-        from autotune import runtime
+        from autotune.runtime import session as runtime_session
         if marker.args:
-            raise runtime.AutotuneError(
+            raise runtime_session.AutotuneError(
                 "takes keyword options only (autotune.configure() names, "
                 "for example autotune_miss_policy='nearest')")
         options = dict(self.base_options(), **marker.kwargs)
@@ -567,7 +569,8 @@ class AutotunePlugin:
         return merge_runs(runs, self.old_entries or [])
 
     def _finish_update(self, session, exitstatus, runs):
-        from autotune import cache_tool, codec
+        from autotune import codec
+        from autotune.cli import cache_tool
         tuned, conflicts = self._merge(runs)
         self.result["conflicts"] = conflicts
         cache = self.settings.cache
@@ -674,7 +677,7 @@ def bypassing_kernels(root):
     project's modules (those under `root`, installed packages left out),
     while the drop-in is not installed: they tune at every run, unseen by
     the cache. Names as module.attribute, sorted."""
-    from autotune import autotuner
+    from autotune.runtime import autotuner
     cls = autotuner.triton_autotuner_class()
     if cls is None or autotuner.installed():
         return []
@@ -716,9 +719,9 @@ def _relative(path, config):
 
 def _install(sess):
     """Makes `sess` the process's current autotuning session."""
-    from autotune import runtime
-    with runtime._SESSION_LOCK:
-        runtime._SESSION = sess
+    from autotune.runtime import session as runtime_session
+    with runtime_session._SESSION_LOCK:
+        runtime_session._SESSION = sess
 
 
 class StatsView:
@@ -729,8 +732,8 @@ class StatsView:
         self._start = start
 
     def _session(self):
-        from autotune import runtime
-        return runtime.session()
+        from autotune.runtime import session as runtime_session
+        return runtime_session.session()
 
     def __getattr__(self, name):
         if name in STAT_FIELDS:
@@ -750,8 +753,8 @@ def stats_view(request):
     start = request.node.stash.get(_ITEM_START, None)
     if start is not None:
         return StatsView(start[2])
-    from autotune import runtime
-    stats = runtime.session().stats
+    from autotune.runtime import session as runtime_session
+    stats = runtime_session.session().stats
     return StatsView({n: getattr(stats, n) for n in STAT_FIELDS})
 
 

@@ -22,7 +22,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from autotune import cache_tool, results_io  # noqa: E402
+from autotune.cli import cache_tool  # noqa: E402
+from autotune import codec  # noqa: E402
 from bench_runtime import machine_speed, matmul_entries  # noqa: E402
 
 
@@ -49,13 +50,13 @@ def run_tool(argv):
 
 
 def cli_start(times=5):
-    """Wall time of `python -m autotune.cache_tool --help`: what every
+    """Wall time of `python -m autotune.cli.cache_tool --help`: what every
     command pays before reading a file (interpreter and imports)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     samples = []
     for _ in range(times):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "autotune.cache_tool", "--help"],
+        subprocess.run([sys.executable, "-m", "autotune.cli.cache_tool", "--help"],
                        cwd=root, check=True, stdout=subprocess.DEVNULL)
         samples.append(time.perf_counter() - start)
     print(f"{'cache tool start (--help, new process)':<50} "
@@ -73,8 +74,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for ext, target in ((".pb", 3.0), (".textproto", 6.0)):
             pa, pb_ = os.path.join(tmp, "a" + ext), os.path.join(tmp, "b" + ext)
-            results_io.dump_results(a, pa)
-            results_io.dump_results(b, pb_)
+            codec.dump_results(a, pa)
+            codec.dump_results(b, pb_)
             for name, argv, want in (
                     ("diff", ["diff", pa, pb_], 1),
                     ("merge", ["merge", pa, pb_, "-o",

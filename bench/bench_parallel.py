@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autotune.kernels import matmul  # noqa: E402
-from autotune.search.parallel import ParallelEvaluator  # noqa: E402
+from autotune.runtime.parallel import ParallelEvaluator  # noqa: E402
 
 
 def throughput(workers, configs, warmup):

@@ -27,8 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from autotune.cache_storage import PerFusionDirectory  # noqa: E402
-from autotune.remote_cache import RemoteCache  # noqa: E402
+from autotune.cache.tiers import PerFusionDirectory  # noqa: E402
+from autotune.cache.remote import RemoteCache  # noqa: E402
 from bench_runtime import matmul_entries  # noqa: E402
 
 

@@ -18,8 +18,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autotune  # noqa: E402
-from autotune import results_io  # noqa: E402
-from autotune.cache_storage import PerFusionDirectory  # noqa: E402
+from autotune import codec  # noqa: E402
+from autotune.cache.tiers import PerFusionDirectory  # noqa: E402
 from autotune.records import (CacheKey, Candidate, Config, Entry,  # noqa: E402
                               Provenance, best_of)
 
@@ -78,12 +78,12 @@ def bench_files(n, tmp, times):
     entries = matmul_entries(n)
     for ext, load_target in ((".textproto", 2.0), (".pb", 0.5)):
         path = os.path.join(tmp, "cache" + ext)
-        encode_s, _, data = repeat(lambda: results_io.encode(entries, path),
+        encode_s, _, data = repeat(lambda: codec.encode(entries, path),
                                    times)
         dump_s, dump_min, _ = repeat(
-            lambda: results_io.dump_results(entries, path), times)
+            lambda: codec.dump_results(entries, path), times)
         load_s, load_min, loaded = repeat(
-            lambda: results_io.load_results(path), times)
+            lambda: codec.load_results(path), times)
         assert len(loaded) == n
         del loaded
         size = os.path.getsize(path) / 1e6

@@ -44,7 +44,8 @@ import warnings
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from autotune.search import evolutionary, reuse, simulate, synthetic  # noqa: E402,E501
+from autotune.cache import neighbours as reuse  # noqa: E402
+from autotune.search import evolutionary, simulate, synthetic  # noqa: E402
 
 
 

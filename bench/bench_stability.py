@@ -70,9 +70,9 @@ def tune(source, dump, incumbents=None):
 
 def winners(path):
     sys.path.insert(0, ROOT)
-    from autotune import results_io
+    from autotune import codec
     return {(e.key.kernel, e.key.signature): e.best.short()
-            for e in results_io.load_results(path)}
+            for e in codec.load_results(path)}
 
 
 def agreement(source, runs, workdir):
@@ -104,10 +104,10 @@ def agreement(source, runs, workdir):
 
 def without_candidates(path, out):
     sys.path.insert(0, ROOT)
-    from autotune import results_io
+    from autotune import codec
     entries = [e.replace(candidates=()) for e in
-               results_io.load_results(path)]
-    results_io.dump_results(entries, out)
+               codec.load_results(path)]
+    codec.dump_results(entries, out)
     return out
 
 

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from autotune import results_io  # noqa: E402
+from autotune import codec  # noqa: E402
 from autotune.records import (CacheKey, Candidate, Config, Entry,  # noqa: E402
                               Provenance, best_of)
 from bench_runtime import machine_speed  # noqa: E402
@@ -72,18 +72,18 @@ def main():
     machine_speed()
     for kind in KINDS:
         entries = make_entries(kind, args.entries)
-        data = results_io.encode(entries, "c.textproto")
+        data = codec.encode(entries, "c.textproto")
         hand_edited = data[:data.rindex(b"# crc32: ")]
         for label, blob in (("crc", data), ("no crc", hand_edited)):
-            loaded = results_io.decode(blob, "c.textproto")
+            loaded = codec.decode(blob, "c.textproto")
             if len(loaded) != len(entries):
                 raise SystemExit(f"{kind}: loaded {len(loaded)} of "
                                  f"{len(entries)} entries")
             load = best_seconds(
-                lambda: results_io.decode(blob, "c.textproto"), args.repeat)
+                lambda: codec.decode(blob, "c.textproto"), args.repeat)
             full = best_seconds(
                 lambda: [e.candidates for e in
-                         results_io.decode(blob, "c.textproto")], args.repeat)
+                         codec.decode(blob, "c.textproto")], args.repeat)
             print(f"{kind:<24} {label:<7} load {load * 1e3:8.1f} ms   "
                   f"load + all candidates {full * 1e3:8.1f} ms")
 

@@ -52,7 +52,7 @@ def versions():
     import torch
     import triton
 
-    from autotune import backends
+    from autotune.measure import backends
     backend = backends.select_backend("auto")
     return {"device_key": backend.device_key(), "backend": backend.name,
             "python": platform.python_version(), "torch": torch.__version__,

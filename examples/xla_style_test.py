@@ -9,7 +9,7 @@ import autotune  # noqa: F401  (first: picks the interpreter without a GPU)
 import torch
 from absl.testing import absltest
 
-from autotune import results_io
+from autotune import codec
 from autotune.kernels import softmax
 
 
@@ -25,7 +25,7 @@ class XlaStyleTest(absltest.TestCase):
             self.assertGreaterEqual(session.stats.hits, 1)
         if options.dump_autotune_results_to:
             session.finish()
-            dumped = results_io.load_results(options.dump_autotune_results_to)
+            dumped = codec.load_results(options.dump_autotune_results_to)
             self.assertEqual([e.key.kernel for e in dumped],
                              ["softmax_kernel"])
             self.assertTrue(os.environ["TEST_UNDECLARED_OUTPUTS_DIR"]

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import run_example_suite as suite  # noqa: E402
 
-from autotune import results_io  # noqa: E402
+from autotune import codec  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("AUTOTUNE_SKIP_BAZEL_TESTS") == "1"
@@ -106,7 +106,7 @@ def test_dump_regenerate_load_cycle(workspace):
         result.stdout
     dumped = suite.reports(workspace, SUITE + "_autotune_dump")
     assert dumped[0]["tuned"] == 6 and dumped[0]["candidate_benchmarks"] > 0
-    entries = results_io.load_results(os.path.join(workspace, SUITE_CACHE))
+    entries = codec.load_results(os.path.join(workspace, SUITE_CACHE))
     assert len(entries) == 6
     result = run(workspace, "test", SUITE, "--cache_test_results=no")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -149,10 +149,10 @@ def test_cache_of_another_device_is_reported(workspace):
 
 def test_require_complete_lists_a_removed_fusion(workspace):
     path = os.path.join(workspace, SUITE_CACHE)
-    entries = results_io.load_results(path)
+    entries = codec.load_results(path)
     kept = [e for e in entries if "n_rows=3" not in e.key.signature]
     assert len(kept) == len(entries) - 1
-    results_io.dump_results(kept, path)
+    codec.dump_results(kept, path)
     result = run(workspace, "test", SUITE, "--test_output=errors")
     assert result.returncode != 0
     logs = "".join(suite.test_log(workspace, SUITE, f"shard_{i}_of_3")
@@ -203,7 +203,7 @@ def test_regenerate_with_a_failing_dump_target(workspace):
         )
         """, {"broken_test.py": "raise SystemExit('this suite is broken')\n"})
     cache = os.path.join(workspace, "failing", "cache.textproto")
-    results_io.dump_results([], cache)
+    codec.dump_results([], cache)
     before = read(workspace, "failing/cache.textproto")
     result = regenerate(workspace, "//examples/...", "//failing/...")
     assert result.returncode == 1, result.stdout + result.stderr
@@ -212,7 +212,7 @@ def test_regenerate_with_a_failing_dump_target(workspace):
     assert read(workspace, "failing/cache.textproto") == before
     # The other caches were regenerated.
     assert "testdata/fused_kernels.textproto: 6 entries" in result.stdout
-    assert len(results_io.load_results(
+    assert len(codec.load_results(
         os.path.join(workspace, SUITE_CACHE))) == 6
 
 

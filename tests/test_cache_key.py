@@ -1,7 +1,7 @@
 import importlib.util
 import textwrap
 
-from autotune import cache_key
+from autotune import keys
 
 KERNEL_TEMPLATE = '''
 import triton
@@ -36,30 +36,30 @@ def test_fingerprint_is_stable_and_follows_called_jit_functions(tmp_path):
     b = _load(tmp_path / "b", "kernels", "+")
     c = _load(tmp_path / "c", "kernels", "*")
     assert a is not b
-    fa = cache_key.kernel_fingerprint(a)
+    fa = keys.kernel_fingerprint(a)
     assert len(fa) == 16
-    assert fa == cache_key.kernel_fingerprint(b)  # same code, same hash
-    assert cache_key.kernel_fingerprint(c) != fa  # the helper changed
+    assert fa == keys.kernel_fingerprint(b)  # same code, same hash
+    assert keys.kernel_fingerprint(c) != fa  # the helper changed
 
 
 def test_signature_is_readable_and_canonical():
     import torch
-    sig = cache_key.fusion_signature(
+    sig = keys.fusion_signature(
         [("M", 128), ("N", 64)], [("a", torch.float16), ("c", torch.float32)],
         [("ACTIVATION", "relu")])
     assert sig == "M=128,N=64;dtypes=a:float16,c:float32;ACTIVATION=relu"
-    assert cache_key.parse_signature_keys(sig) == {"M": 128.0, "N": 64.0}
-    assert cache_key.signature_shape_class(sig) == \
+    assert keys.parse_signature_keys(sig) == {"M": 128.0, "N": 64.0}
+    assert keys.signature_shape_class(sig) == \
         "M,N;dtypes=a:float16,c:float32;ACTIVATION=relu"
 
 
 def test_file_name_depends_on_every_key_part():
-    base = cache_key.make_key("dev", "k", "f", "s")
-    names = {cache_key.file_name(base)}
+    base = keys.make_key("dev", "k", "f", "s")
+    names = {keys.file_name(base)}
     for i in range(4):
         parts = list(base)
         parts[i] = parts[i] + "x"
-        names.add(cache_key.file_name(type(base)(*parts)))
+        names.add(keys.file_name(type(base)(*parts)))
     assert len(names) == 5
 
 
@@ -87,8 +87,8 @@ def test_decorators_are_not_part_of_the_fingerprint(tmp_path):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         kernels.append(module.kernel)
-    assert cache_key.kernel_fingerprint(kernels[0]) == \
-        cache_key.kernel_fingerprint(kernels[1])
+    assert keys.kernel_fingerprint(kernels[0]) == \
+        keys.kernel_fingerprint(kernels[1])
 
 
 def test_config_repr_with_and_without_parameters():
@@ -106,5 +106,5 @@ def test_module_name_is_not_part_of_the_fingerprint(tmp_path):
     (tmp_path / "b").mkdir()
     as_script = _load(tmp_path / "a", "__main__", "+")
     imported = _load(tmp_path / "b", "mykernels", "+")
-    assert cache_key.kernel_fingerprint(as_script) == \
-        cache_key.kernel_fingerprint(imported)
+    assert keys.kernel_fingerprint(as_script) == \
+        keys.kernel_fingerprint(imported)

@@ -5,7 +5,9 @@ import sys
 
 import pytest
 
-from autotune import cache_key, cache_tool, results_io
+from autotune import keys
+from autotune.cli import cache_tool
+from autotune import codec
 from autotune.records import Candidate, Config, Provenance
 
 from test_results_io import make_entries
@@ -25,8 +27,8 @@ def caches(tmp_path):
                         run_time_us=5.0)
     b.append(make_entries(7, seed=1)[6])  # adds entry 6
     pa, pb = tmp_path / "a.textproto", tmp_path / "b.pb"
-    results_io.dump_results(a, pa)
-    results_io.dump_results(b, pb)
+    codec.dump_results(a, pa)
+    codec.dump_results(b, pb)
     return pa, pb
 
 
@@ -65,17 +67,17 @@ def test_merge_conflict_policies(caches, tmp_path, capsys):
     assert "conflict:" in err and str(pa) in err and str(pb) in err
     assert not out.exists()
     assert tool("merge", pa, pb, "-o", out, "--policy", "prefer-first") == 0
-    merged = {e.key: e for e in results_io.load_results(out)}
+    merged = {e.key: e for e in codec.load_results(out)}
     assert len(merged) == 7
     # prefer-first: every key of the first input keeps its config.
-    first = {e.key: e for e in results_io.load_results(pa)}
-    second = {e.key: e for e in results_io.load_results(pb)}
+    first = {e.key: e for e in codec.load_results(pa)}
+    second = {e.key: e for e in codec.load_results(pb)}
     assert any(first[k].best != second[k].best
                for k in first.keys() & second.keys())
     assert all(merged[k].best == first[k].best for k in first)
     assert tool("merge", pa, pb, "-o", out, "--policy", "prefer-faster") == 0
     assert any(e.best == Config({"BLOCK_M": 128}, num_stages=2)
-               for e in results_io.load_results(out))
+               for e in codec.load_results(out))
 
 
 def test_merge_prefer_newer(tmp_path):
@@ -83,11 +85,11 @@ def test_merge_prefer_newer(tmp_path):
     new = [old[0].replace(best=Config({"X": 1}), provenance=Provenance(
         timestamp="2027-01-01T00:00:00Z"))]
     pa, pb = tmp_path / "old.pb", tmp_path / "new.pb"
-    results_io.dump_results(old, pa)
-    results_io.dump_results(new, pb)
+    codec.dump_results(old, pa)
+    codec.dump_results(new, pb)
     out = tmp_path / "out.pb"
     assert tool("merge", pb, pa, "-o", out, "--policy", "prefer-newer") == 0
-    assert results_io.load_results(out)[0].best == Config({"X": 1})
+    assert codec.load_results(out)[0].best == Config({"X": 1})
 
 
 def test_prune_by_device_and_dry_run(tmp_path, capsys):
@@ -95,17 +97,17 @@ def test_prune_by_device_and_dry_run(tmp_path, capsys):
     entries[0] = entries[0].replace(provenance=entries[0].provenance._replace(
         timestamp="2020-01-01T00:00:00Z"))
     src = tmp_path / "all.textproto"
-    results_io.dump_results(entries, src)
+    codec.dump_results(entries, src)
     before = src.read_bytes()
     out = tmp_path / "pruned.textproto"
     assert tool("prune", src, "--device", "cpu/other", "--dry-run") == 0
     assert "would drop" in capsys.readouterr().out and not out.exists()
     assert tool("prune", src, "-o", out, "--device", "cpu/other") == 0
-    assert len(results_io.load_results(out)) == 3
+    assert len(codec.load_results(out)) == 3
     assert tool("prune", src, "-o", out, "--keep_device", "cpu/other") == 0
-    assert len(results_io.load_results(out)) == 2
+    assert len(codec.load_results(out)) == 2
     assert tool("prune", src, "-o", out, "--older_than", "365d") == 0
-    assert len(results_io.load_results(out)) == 4  # the 2020 entry went
+    assert len(codec.load_results(out)) == 4  # the 2020 entry went
     assert src.read_bytes() == before
 
 
@@ -118,7 +120,7 @@ def test_prune_and_verify_stale_kernels(tmp_path, capsys):
     stale = fresh.replace(key=fresh.key._replace(fingerprint="0" * 16))
     gone = make_entries(1)[0]  # kernel "matmul": not in the module
     src = tmp_path / "c.textproto"
-    results_io.dump_results([fresh, stale, gone], src)
+    codec.dump_results([fresh, stale, gone], src)
     module = ["--kernel_module", "tests_kernels_module"]
     sys.modules["tests_kernels_module"] = type(sys)("tests_kernels_module")
     sys.modules["tests_kernels_module"].tuned = tuned
@@ -127,13 +129,13 @@ def test_prune_and_verify_stale_kernels(tmp_path, capsys):
     assert "stale: kernel changed" in out and "no kernel of this name" in out
     pruned = tmp_path / "p.textproto"
     assert tool("prune", src, "-o", pruned, "--stale", *module) == 0
-    assert [e.key for e in results_io.load_results(pruned)] == [fresh.key]
+    assert [e.key for e in codec.load_results(pruned)] == [fresh.key]
     assert tool("verify", pruned, *module) == 0
 
 
 def test_convert_round_trip_is_byte_identical(tmp_path):
     src = tmp_path / "c.textproto"
-    results_io.dump_results(make_entries(12), src)
+    codec.dump_results(make_entries(12), src)
     binary, directory = tmp_path / "c.pb", str(tmp_path / "dir") + os.sep
     back = tmp_path / "back.textproto"
     assert tool("convert", src, binary) == 0
@@ -155,12 +157,12 @@ def test_verify_file_name_mismatch_in_directory(tmp_path, capsys):
 
 def _file(tmp_path):
     src = tmp_path / "src.textproto"
-    results_io.dump_results(make_entries(3), src)
+    codec.dump_results(make_entries(3), src)
     return src
 
 
 def _bad_inputs(tmp_path):
-    good = results_io.encode(make_entries(4), "x.textproto")
+    good = codec.encode(make_entries(4), "x.textproto")
     truncated = tmp_path / "truncated.textproto"
     truncated.write_bytes(good[:len(good) // 2])
     garbage = tmp_path / "garbage.pb"
@@ -169,7 +171,7 @@ def _bad_inputs(tmp_path):
     future.write_text("version: 99\n")
     foreign = tmp_path / "foreign"
     foreign.mkdir()
-    results_io.dump_results(make_entries(1), foreign / cache_key.file_name(
+    codec.dump_results(make_entries(1), foreign / keys.file_name(
         make_entries(1)[0].key))
     (foreign / "notes.md").write_text("not a cache file")
     missing = tmp_path / "missing.textproto"
@@ -214,7 +216,7 @@ def test_output_equal_to_input_is_refused(tmp_path):
 
 
 def test_runs_as_module_and_documents_exit_codes():
-    result = subprocess.run([sys.executable, "-m", "autotune.cache_tool",
+    result = subprocess.run([sys.executable, "-m", "autotune.cli.cache_tool",
                              "--help"], cwd=ROOT, capture_output=True,
                             text=True)
     assert result.returncode == 0
@@ -223,7 +225,7 @@ def test_runs_as_module_and_documents_exit_codes():
 
 def test_merge_rejects_a_malformed_candidate_line(tmp_path, capsys):
     good = _file(tmp_path)
-    text = results_io.encode(make_entries(4, seed=9), "x.textproto").decode()
+    text = codec.encode(make_entries(4, seed=9), "x.textproto").decode()
     start = text.index("  candidates {")
     at = text.index("run_time_us: ", start) + len("run_time_us: ")
     bad = tmp_path / "bad.textproto"
@@ -241,7 +243,7 @@ def test_verify_decodes_every_candidate(tmp_path, capsys):
     entries = make_entries(3, seed=2)
     entries[1] = entries[1].replace(candidates=entries[1].candidates + (
         Candidate(Config({"ZETA": 1}), 9.0),))
-    data = results_io.encode(entries, "v.pb")
+    data = codec.encode(entries, "v.pb")
     bad = tmp_path / "bad.pb"
     # Without its crc32 field (as files written before it): verify must
     # find the bad candidate by decoding it, not by the checksum.
@@ -256,7 +258,7 @@ import json, sys
 if sys.argv[1] == "dropin":
     import autotune
     autotune.install()
-from autotune import cache_tool
+from autotune.cli import cache_tool
 print(json.dumps(cache_tool.tree_kernels(["inplace"])))
 """
 
@@ -304,11 +306,11 @@ def twice_kernel(x, n, BLOCK: tl.constexpr):
 def test_a_kernel_module_the_dropin_refuses_is_one_line(tmp_path):
     (tmp_path / "twice.py").write_text(_BAD_TRITON_KERNELS)
     cache = tmp_path / "c.textproto"
-    results_io.dump_results(make_entries(1), cache)
+    codec.dump_results(make_entries(1), cache)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path)]))
     env.pop("AUTOTUNE_FLAGS", None)
     result = subprocess.run(
-        [sys.executable, "-m", "autotune.cache_tool", "verify", str(cache),
+        [sys.executable, "-m", "autotune.cli.cache_tool", "verify", str(cache),
          "--kernel_module", "twice"], env=env, cwd=tmp_path,
         capture_output=True, text=True)
     assert result.returncode == 2, result.stdout + result.stderr

@@ -10,7 +10,7 @@ import triton
 
 import autotune
 import compile_check_kernels as ck
-from autotune import compile_check
+from autotune.measure import compile_check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

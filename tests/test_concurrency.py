@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from autotune import results_io
-from autotune.cache_storage import PerFusionDirectory
+from autotune import codec
+from autotune.cache.tiers import PerFusionDirectory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -44,7 +44,7 @@ def test_sigkill_during_dump_leaves_old_or_new_file(tmp_path):
     from test_results_io import make_entries
     path = tmp_path / "cache.textproto"
     n = 20000
-    valid = {results_io.encode(make_entries(n, seed=s), str(path))
+    valid = {codec.encode(make_entries(n, seed=s), str(path))
              for s in (1, 2)}
     rng = random.Random(0)
     for _ in range(4):
@@ -56,7 +56,7 @@ def test_sigkill_during_dump_leaves_old_or_new_file(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert path.read_bytes() in valid
-        results_io.load_results(path)
+        codec.load_results(path)
     leftovers = [p for p in tmp_path.iterdir() if p.name != "cache.textproto"]
     # A killed writer may leave its temporary file, never a partial cache.
     assert all(p.name.startswith(".cache.textproto.") for p in leftovers)

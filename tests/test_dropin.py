@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from autotune import results_io
+from autotune import codec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = os.path.join(ROOT, "tests", "dropin_kernels")
@@ -80,7 +80,7 @@ def tune_then_load(module_dir, tmp_path, extra_path=()):
 
 def check_entries(cache):
     by_kernel = {}
-    for entry in results_io.load_results(cache):
+    for entry in codec.load_results(cache):
         by_kernel.setdefault(entry.key.kernel, []).append(entry)
     # Every tuned kernel of every module is in the cache.
     assert set(by_kernel) == {

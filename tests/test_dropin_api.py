@@ -12,8 +12,8 @@ import triton
 import triton.language as tl
 
 import autotune
-from autotune import results_io
-from autotune.autotuner import AutotuneWarning
+from autotune import codec
+from autotune.runtime.autotuner import AutotuneWarning
 from autotune.records import Config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,8 +75,8 @@ def test_triton_config_fields_round_trip_through_both_formats(tmp_path):
     assert config.all_kwargs() == original.all_kwargs()
     from tests_support import entry_for
     for path in (tmp_path / "c.textproto", tmp_path / "c.pb"):
-        results_io.dump_results([entry_for(config)], path)
-        (loaded,) = results_io.load_results(path)
+        codec.dump_results([entry_for(config)], path)
+        (loaded,) = codec.load_results(path)
         assert loaded.best == config
         assert loaded.best.kwargs["ACC"] is tl.float16
         assert loaded.best.all_kwargs() == original.all_kwargs()
@@ -178,7 +178,7 @@ def test_pruned_to_one_config_is_stored_without_benchmarking(
     assert entry.best == Config.from_triton(TWO[1])
     assert entry.provenance.tuner == "pruned"
     sess.finish()
-    (loaded,) = results_io.load_results(dump)
+    (loaded,) = codec.load_results(dump)
     assert loaded.best == entry.best and not loaded.candidates
 
 
@@ -259,7 +259,7 @@ def test_configure_starts_from_autotune_flags(session_factory, tmp_path,
 def test_install_routes_kernels_decorated_before_and_after(session_factory):
     sess = session_factory()
     before = triton.autotune(configs=TWO, key=["n"])(count_kernel)
-    assert not autotune.autotuner.installed()
+    assert not autotune.runtime.autotuner.installed()
     autotune.install()
     try:
         after = triton.autotune(configs=TWO, key=["n"])(count_kernel)
@@ -282,7 +282,7 @@ def test_install_routes_kernels_decorated_before_and_after(session_factory):
 
 def test_autotune_dropin_flag_installs_at_import():
     code = ("import triton, autotune; "
-            "print(triton.autotune is autotune.autotuner.autotune)")
+            "print(triton.autotune is autotune.runtime.autotuner.autotune)")
     env = dict(os.environ, AUTOTUNE_FLAGS="--autotune_dropin",
                PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, "-c", code], env=env, text=True,

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import run_example_suite as suite  # noqa: E402
 
-from autotune import results_io  # noqa: E402
+from autotune import codec  # noqa: E402
 
 BAZEL = os.environ.get("BAZEL", "bazel")
 pytestmark = pytest.mark.skipif(
@@ -187,4 +187,4 @@ def test_user_workspace_flow(smoke):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith(f"{CACHE}: 4 entries")
     t.note(result.stdout.splitlines()[0])
-    assert len(results_io.load_results(path)) == 4
+    assert len(codec.load_results(path)) == 4

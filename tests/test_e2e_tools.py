@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import autotune
-from autotune import results_io
+from autotune import codec
 from autotune.records import CacheKey, Candidate, Config, Entry, Provenance
 
 import tiny_kernels as tk
@@ -76,9 +76,9 @@ def test_a_conflict_keeps_the_checked_in_config():
 def test_unchanged_entries_stay_byte_identical(tmp_path):
     path = str(tmp_path / "c.textproto")
     old = [entry(1), entry(2, block=128)]
-    results_io.dump_results(old, path)
+    codec.dump_results(old, path)
     before = open(path, "rb").read()
-    loaded = results_io.load_results(path)
+    loaded = codec.load_results(path)
     # New timings and timestamps, same winners.
     dumps = [("//:t_autotune_dump",
               [entry(1, time_us=13.0, stamp="2026-12-01T00:00:00Z"),
@@ -114,12 +114,12 @@ def test_new_cache_gets_the_umask_and_its_directories(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
-    assert len(results_io.load_results(path)) == 1
+    assert len(codec.load_results(path)) == 1
 
 
 def test_existing_cache_keeps_its_mode(tmp_path):
     path = str(tmp_path / "c.textproto")
-    results_io.dump_results([entry(1)], path)
+    codec.dump_results([entry(1)], path)
     os.chmod(path, 0o664)
     assert regenerate.write_cache([entry(1), entry(2)], path) is True
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o664
@@ -168,7 +168,7 @@ def test_stale_and_missing_are_counted_apart(session_factory, tmp_path):
     old = tuned_entry.replace(key=tuned_entry.key._replace(
         fingerprint="feedfeedfeedfeed"))
     path = tmp_path / "c.textproto"
-    results_io.dump_results([old], path)
+    codec.dump_results([old], path)
     session_factory(load_autotune_results_from=[str(path)],
                     require_complete_autotune_results=True)
     with pytest.raises(autotune.AutotuneCacheMissError):
@@ -188,7 +188,7 @@ def test_stale_and_missing_are_counted_apart(session_factory, tmp_path):
 # -- the cache tool on pipes and stdin --------------------------------------
 
 def _tool(*argv, stdin=None, shell=None):
-    cmd = shell or [sys.executable, "-m", "autotune.cache_tool"] + list(argv)
+    cmd = shell or [sys.executable, "-m", "autotune.cli.cache_tool"] + list(argv)
     return subprocess.run(cmd, cwd=ROOT, input=stdin, capture_output=True,
                           shell=bool(shell), executable="/bin/bash"
                           if shell else None)
@@ -197,7 +197,7 @@ def _tool(*argv, stdin=None, shell=None):
 @pytest.mark.parametrize("ext", [".textproto", ".pb"])
 def test_cache_tool_reads_stdin_by_content(tmp_path, ext):
     path = tmp_path / ("c" + ext)
-    results_io.dump_results([entry(1), entry(2)], path)
+    codec.dump_results([entry(1), entry(2)], path)
     result = _tool("show", "-", stdin=path.read_bytes())
     assert result.returncode == 0, result.stderr
     assert result.stdout.decode().startswith("-: 2 entries")
@@ -205,9 +205,9 @@ def test_cache_tool_reads_stdin_by_content(tmp_path, ext):
 
 def test_cache_tool_diffs_a_pipe_against_a_file(tmp_path):
     text, binary = tmp_path / "c.textproto", tmp_path / "c.pb"
-    results_io.dump_results([entry(1)], text)
-    results_io.dump_results([entry(1), entry(2)], binary)
-    result = _tool(shell=f"{sys.executable} -m autotune.cache_tool diff "
+    codec.dump_results([entry(1)], text)
+    codec.dump_results([entry(1), entry(2)], binary)
+    result = _tool(shell=f"{sys.executable} -m autotune.cli.cache_tool diff "
                    f"<(cat {text}) <(cat {binary})")
     out = result.stdout.decode()
     assert result.returncode == 1, result.stderr
@@ -243,15 +243,15 @@ def test_placeholders_for_missing_caches_are_removed_unless_written(
                "//:b_autotune_dump": "testdata/old.textproto",
                "//:c_autotune_dump": None}
     (tmp_path / "testdata").mkdir()
-    results_io.dump_results([entry(1)], tmp_path / "testdata" /
+    codec.dump_results([entry(1)], tmp_path / "testdata" /
                             "old.textproto")
     created = regenerate.create_placeholders(targets, str(tmp_path))
     new = str(tmp_path / "testdata" / "new.textproto")
     assert created == [new]
-    assert results_io.load_results(new) == []
+    assert codec.load_results(new) == []
     regenerate.remove_placeholders(created)
     assert not os.path.exists(new)
-    assert len(results_io.load_results(
+    assert len(codec.load_results(
         tmp_path / "testdata" / "old.textproto")) == 1
 
 

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import autotune
-from autotune import backends, tuner
+from autotune.measure import backends
+from autotune.measure import tuner
 from autotune.records import Config
 from autotune.search import evolutionary as ev
-from autotune.search.parallel import ParallelEvaluator
+from autotune.runtime.parallel import ParallelEvaluator
 
 
 # -- failure classification with Triton's real exception types -------------

@@ -11,8 +11,10 @@ import textwrap
 import pytest
 
 import autotune
-from autotune import cache_key, cache_tool, codec
-from autotune.cache_storage import PerFusionDirectory
+from autotune import codec
+from autotune import keys
+from autotune.cli import cache_tool
+from autotune.cache.tiers import PerFusionDirectory
 from autotune.errors import AutotuneError, CacheFileError
 
 import tiny_kernels as tk
@@ -195,7 +197,7 @@ def test_kernel_module_that_raises_on_import(tmp_path, monkeypatch, capsys):
 
 def test_long_non_ascii_kernel_name_gives_a_short_file_name(tmp_path):
     entry = entry_for(tk.GOOD[0], kernel="\U0001D400" * 64)  # four UTF-8 bytes, alphanumeric
-    name = cache_key.file_name(entry.key)
+    name = keys.file_name(entry.key)
     assert len(name.encode()) <= 120  # file systems allow 255
     PerFusionDirectory(tmp_path).store(entry)
     assert PerFusionDirectory(tmp_path, "read").lookup(entry.key) == entry
@@ -204,7 +206,7 @@ def test_long_non_ascii_kernel_name_gives_a_short_file_name(tmp_path):
 @pytest.mark.parametrize("link", [False, True])
 def test_directory_where_a_per_fusion_file_should_be(tmp_path, capsys, link):
     entry = entry_for(tk.GOOD[0])
-    path = tmp_path / cache_key.file_name(entry.key)
+    path = tmp_path / keys.file_name(entry.key)
     if link:
         (tmp_path / "elsewhere").mkdir()
         path.symlink_to(tmp_path / "elsewhere")
@@ -316,7 +318,7 @@ def test_only_the_file_read_is_moved_aside(tmp_path):
     and stores a good entry before the first gets to move anything: the
     first must adopt that entry, not move it aside."""
     first, second = entry_for(tk.GOOD[0]), entry_for(tk.GOOD[1])
-    path = tmp_path / cache_key.file_name(first.key)
+    path = tmp_path / keys.file_name(first.key)
     path.write_text("garbage")
     slow, fast = PerFusionDirectory(tmp_path), PerFusionDirectory(tmp_path)
     move_aside = PerFusionDirectory._move_aside
@@ -338,7 +340,7 @@ def test_only_the_file_read_is_moved_aside(tmp_path):
 
 def test_a_corrupt_file_met_while_storing_is_moved_aside_once(tmp_path):
     first, second = entry_for(tk.GOOD[0]), entry_for(tk.GOOD[1])
-    path = tmp_path / cache_key.file_name(first.key)
+    path = tmp_path / keys.file_name(first.key)
     path.write_text("garbage")
     a, b = PerFusionDirectory(tmp_path), PerFusionDirectory(tmp_path)
     assert a.store(first).best == tk.GOOD[0]
@@ -429,7 +431,7 @@ def test_unknown_cache_mode(tmp_path):
 
 def test_file_name_keeps_only_safe_characters(tmp_path):
     entry = entry_for(tk.GOOD[0], kernel="../pkg/mod.kernel-v2_x")
-    name = cache_key.file_name(entry.key)
+    name = keys.file_name(entry.key)
     assert name.startswith("___pkg_mod_kernel-v2_x.") and "/" not in name
     PerFusionDirectory(tmp_path).store(entry)
     assert [p.name for p in tmp_path.iterdir()] == [name]
@@ -439,7 +441,7 @@ def test_directory_listing_skips_leftovers(tmp_path, capsys):
     directory = PerFusionDirectory(tmp_path)
     entry = entry_for(tk.GOOD[0])
     directory.store(entry)
-    name = cache_key.file_name(entry.key)
+    name = keys.file_name(entry.key)
     for leftover in (f".{name}.123.ab.tmp", f"{name}.corrupt-1-2",
                      f"{name}.9.tmp"):
         (tmp_path / leftover).write_text("junk")

@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_cache_tools_do_not_import_torch_or_triton():
     # The tools read and write files only; importing torch costs seconds.
-    code = ("import sys, autotune.cache_tool, autotune.cache_storage\n"
+    code = ("import sys, autotune.cli.cache_tool, autotune.cache.tiers\n"
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout
@@ -20,10 +20,10 @@ def test_cache_tools_do_not_import_torch_or_triton():
 
 
 def test_runtime_names_resolve_lazily():
-    assert autotune.tune.__module__ == "autotune.autotuner"
+    assert autotune.tune.__module__ == "autotune.runtime.autotuner"
     assert autotune.Config.__module__ == "autotune.records"
     assert "configure" in dir(autotune)
-    assert autotune.results_io.load_results is autotune.load_results
+    assert autotune.codec.load_results is autotune.load_results
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         autotune.nope  # noqa: B018
 
@@ -84,12 +84,16 @@ def test_wheel_holds_the_pytest_entry_point_module(tmp_path):
 
 def test_every_error_users_meet_is_an_autotune_error():
     """One `except autotune.AutotuneError` catches them all (README)."""
-    from autotune import backends, compile_check, flags, remote_cache, tuner
+    from autotune import flags
+    from autotune.measure import backends
+    from autotune.measure import compile_check
+    from autotune.cache import remote
+    from autotune.measure import tuner
     from autotune.search import evolutionary, space
     for cls in (space.SpaceError, evolutionary.SearchError,
                 tuner.TuningError, tuner.DeviceContextLostError,
                 backends.BackendError, flags.AutotuneFlagsError,
-                remote_cache.RemoteCacheError,
+                remote.RemoteCacheError,
                 compile_check.CompileCheckError, autotune.CacheFileError,
                 autotune.AutotuneCacheMissError):
         assert issubclass(cls, autotune.AutotuneError), cls

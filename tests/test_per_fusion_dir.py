@@ -4,9 +4,10 @@ import stat
 import pytest
 
 import autotune
-from autotune import cache_key, results_io
-from autotune.cache_storage import PerFusionDirectory
-from autotune.results_io import CacheFileError
+from autotune import keys
+from autotune import codec
+from autotune.cache.tiers import PerFusionDirectory
+from autotune.codec import CacheFileError
 
 import tiny_kernels as tk
 
@@ -18,7 +19,7 @@ def test_tuned_fusion_lands_in_its_own_file(session_factory, tmp_path):
     files = sorted(p.name for p in tmp_path.iterdir())
     assert len(files) == 2 and all(f.startswith("axpb_kernel.") for f in files)
     for key in sess.cache.memory:
-        assert (tmp_path / cache_key.file_name(key)).exists()
+        assert (tmp_path / keys.file_name(key)).exists()
     sess2 = session_factory(per_fusion_autotune_cache_dir=str(tmp_path),
                             autotune_cache_mode="read")
     tk.run(tk.make_tuner(), 40)
@@ -54,7 +55,7 @@ def test_unwritable_directory_via_access(session_factory, tmp_path,
 def _corrupt_one(sess, tmp_path):
     tk.run(tk.make_tuner(), 40)
     key = next(iter(sess.cache.memory))
-    path = tmp_path / cache_key.file_name(key)
+    path = tmp_path / keys.file_name(key)
     path.write_bytes(path.read_bytes()[:50])
     return path
 
@@ -67,7 +68,7 @@ def test_corrupt_file_update_mode_moves_aside_and_retunes(
     tk.run(tk.make_tuner(), 40)
     assert sess.stats.tuned == 1
     assert "moved aside" in capsys.readouterr().err
-    assert results_io.load_results(path)  # re-tuned and rewritten
+    assert codec.load_results(path)  # re-tuned and rewritten
     assert [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
 
 
@@ -98,4 +99,4 @@ def test_first_writer_wins(tmp_path):
     assert d.store(second).best == tk.GOOD[0]
     assert d.lookup(first.key).best == tk.GOOD[0]
     assert [p.name for p in tmp_path.iterdir()] == [
-        cache_key.file_name(first.key)]
+        keys.file_name(first.key)]

@@ -8,9 +8,11 @@ import time
 import pytest
 
 import autotune
-from autotune import cache_key, flags, remote_cache
+from autotune import flags
+from autotune import keys as keys_module
+from autotune.cache import remote as cache_remote
 from autotune.codec import binary
-from autotune.remote_cache import RemoteCache, RemoteCacheError
+from autotune.cache.remote import RemoteCache, RemoteCacheError
 
 import tiny_kernels as tk
 from redis_support import RedisServer
@@ -26,13 +28,13 @@ def _remote_keys(client):
 # -- URLs, passwords, key names (no server) ----------------------------------
 
 def test_url_parsing_and_tls():
-    url = remote_cache.parse_url("redis://cache.example:7000/3")
+    url = cache_remote.parse_url("redis://cache.example:7000/3")
     assert (url.host, url.port, url.db, url.tls) == ("cache.example", 7000,
                                                      3, False)
-    url = remote_cache.parse_url("rediss://ci@cache.example/")
+    url = cache_remote.parse_url("rediss://ci@cache.example/")
     assert (url.port, url.db, url.tls, url.username) == (6379, 0, True, "ci")
     assert str(url) == "rediss://ci@cache.example:6379/0"
-    url = remote_cache.parse_url("redis://[::1]:6380/1?prefix=team-a")
+    url = cache_remote.parse_url("redis://[::1]:6380/1?prefix=team-a")
     assert (url.host, url.prefix, str(url)) == (
         "::1", "team-a", "redis://[::1]:6380/1?prefix=team-a")
     for bad, why in [("http://h:1/0", "expected redis://"),
@@ -42,12 +44,12 @@ def test_url_parsing_and_tls():
                      ("redis://h/0?db=1", "unknown URL parameter"),
                      ("redis://h/0?prefix=a*b", "key prefix")]:
         with pytest.raises(RemoteCacheError, match=why):
-            remote_cache.parse_url(bad)
+            cache_remote.parse_url(bad)
 
 
 def test_tls_url_makes_a_tls_client(tmp_path):
     pytest.importorskip("redis")
-    client = remote_cache.connect(remote_cache.parse_url(
+    client = cache_remote.connect(cache_remote.parse_url(
         "rediss://cache.example:6380/2"), "pw", 0.5, str(tmp_path / "ca.pem"))
     kwargs = client.connection_pool.connection_kwargs
     assert client.connection_pool.connection_class.__name__ == "SSLConnection"
@@ -55,7 +57,7 @@ def test_tls_url_makes_a_tls_client(tmp_path):
         "cache.example", 6380, 2)
     assert kwargs["ssl_ca_certs"] == str(tmp_path / "ca.pem")
     assert kwargs["socket_timeout"] == kwargs["socket_connect_timeout"] == 0.5
-    plain = remote_cache.connect(remote_cache.parse_url("redis://h:1/0"))
+    plain = cache_remote.connect(cache_remote.parse_url("redis://h:1/0"))
     assert plain.connection_pool.connection_class.__name__ == "Connection"
 
 
@@ -96,21 +98,21 @@ def test_password_in_url_is_refused_and_redacted(session_factory):
         session_factory(autotune_remote_cache="redis://ci:s3cret@h:1/0")
     assert "s3cret" not in str(info.value)
     assert "redis://ci:***@h:1/0" in str(info.value)
-    assert remote_cache.redact("rediss://:p@ss@h/0") == "rediss://:***@h/0"
-    assert remote_cache.redact("redis://h:1/0") == "redis://h:1/0"
+    assert cache_remote.redact("rediss://:p@ss@h/0") == "rediss://:***@h/0"
+    assert cache_remote.redact("redis://h:1/0") == "redis://h:1/0"
 
 
 def test_password_sources(tmp_path):
     path = tmp_path / "pw"
     path.write_text("from-file\n")
-    env = {remote_cache.PASSWORD_ENV: "from-env"}
-    assert remote_cache.read_password(str(path), env) == "from-file"
-    assert remote_cache.read_password(None, env) == "from-env"
-    assert remote_cache.read_password(None, {
-        **env, remote_cache.PASSWORD_FILE_ENV: str(path)}) == "from-file"
-    assert remote_cache.read_password(None, {}) is None
+    env = {cache_remote.PASSWORD_ENV: "from-env"}
+    assert cache_remote.read_password(str(path), env) == "from-file"
+    assert cache_remote.read_password(None, env) == "from-env"
+    assert cache_remote.read_password(None, {
+        **env, cache_remote.PASSWORD_FILE_ENV: str(path)}) == "from-file"
+    assert cache_remote.read_password(None, {}) is None
     with pytest.raises(RemoteCacheError, match="nope: cannot read"):
-        remote_cache.read_password(str(tmp_path / "nope"), {})
+        cache_remote.read_password(str(tmp_path / "nope"), {})
     # No flag carries a password.
     assert not [n for n in flags.flag_names()
                 if "password" in n and not n.endswith("_file")]
@@ -152,9 +154,9 @@ class _FakeClient:
 
 def test_key_format():
     entry = entry_for(tk.GOOD[0])
-    file_name = cache_key.file_name(entry.key)
+    file_name = keys_module.file_name(entry.key)
     digest = file_name.split(".")[1]
-    assert remote_cache.key_name(entry.key, "ci") == \
+    assert cache_remote.key_name(entry.key, "ci") == \
         f"ci:v{entry.key.key_version}:axpb_kernel.{digest}"
     fake = _FakeClient()
     remote = RemoteCache("redis://h:1/0", prefix="team", expiry_s=3600,
@@ -237,7 +239,7 @@ def test_remote_hit_is_its_own_kind_and_lands_in_the_directory(
     assert tuned.lookup_config(*tk.run(tuned, 40), 40, 2.0) == published.best
     assert sess.stats.candidate_benchmarks == 0
     assert "0 hit, 1 remote hit, 0 tuned" in sess.summary_line()
-    assert os.listdir(cache_dir) == [cache_key.file_name(published.key)]
+    assert os.listdir(cache_dir) == [keys_module.file_name(published.key)]
     sess.finish()
     report = json.loads(report_path.read_text())
     assert (report["hits"], report["remote_hits"]) == (0, 1)
@@ -271,7 +273,7 @@ def test_corrupt_and_foreign_values_are_reported_once_and_ignored(
     tk.run(tuned, 40)
     tk.run(tuned, 72)
     key40, key72 = list(first.cache.memory)
-    name40, name72 = (remote_cache.key_name(k) for k in (key40, key72))
+    name40, name72 = (cache_remote.key_name(k) for k in (key40, key72))
     assert _remote_keys(redis_db) == sorted([name40, name72])
     good72 = redis_db.get(name72)
     redis_db.set(name40, b"\x08\x01garbage that is no entry")
@@ -301,7 +303,7 @@ def test_corrupt_and_foreign_values_are_reported_once_and_ignored(
 def test_wrong_password(session_factory, tmp_path, capsys, monkeypatch):
     srv = RedisServer(password="right-one")
     try:
-        monkeypatch.setenv(remote_cache.PASSWORD_ENV, "wrong-one")
+        monkeypatch.setenv(cache_remote.PASSWORD_ENV, "wrong-one")
         sess = session_factory(autotune_remote_cache=srv.url,
                                autotune_report_to=str(tmp_path / "r.json"))
         tuned = tk.make_tuner()
@@ -318,7 +320,7 @@ def test_wrong_password(session_factory, tmp_path, capsys, monkeypatch):
         text = err + (tmp_path / "r.json").read_text()
         assert "wrong-one" not in text and "right-one" not in text
         # The right password, from a file, works.
-        monkeypatch.delenv(remote_cache.PASSWORD_ENV)
+        monkeypatch.delenv(cache_remote.PASSWORD_ENV)
         (tmp_path / "pw").write_text("right-one\n")
         sess = session_factory(
             autotune_remote_cache=srv.url,
@@ -438,7 +440,7 @@ def test_eight_processes_agree_on_one_config_per_key(server, redis_db):
     names = _remote_keys(redis_db)
     assert len(names) == len(sizes)
     for name in names:
-        entry = remote_cache.decode_value(redis_db.get(name), name)
+        entry = cache_remote.decode_value(redis_db.get(name), name)
         n = entry.key.signature.split(";")[0].split("=")[1]
         assert used[n] == {entry.best.short()}
     assert sum(r["remote"]["published"] for r in runs) == len(sizes)

@@ -1,7 +1,8 @@
 """Cache tool push / pull / stats against a real redis-server."""
 import json
 
-from autotune import cache_tool, remote_cache
+from autotune.cli import cache_tool
+from autotune.cache import remote as cache_remote
 from autotune.codec import dump_results, load_results
 from autotune.records import Config
 
@@ -104,7 +105,7 @@ def test_bad_remote_values_are_skipped_by_pull_and_replaced_by_push(
     assert len(load_results(str(out))) == 1
     assert cache_tool.main(["push", src, "--to", server.url]) == 0
     assert "replaced by the pushed entry" in capsys.readouterr().err
-    assert remote_cache.decode_value(redis_db.get(name), name.decode())
+    assert cache_remote.decode_value(redis_db.get(name), name.decode())
 
 
 def test_verify_counts_bad_remote_values_as_findings(server, redis_db,
@@ -136,7 +137,7 @@ def test_unreachable_server_and_secrets(tmp_path, capsys, monkeypatch):
     srv = RedisServer(password="letmein")
     try:
         src = _file(tmp_path / "a.textproto", _entries(1))
-        monkeypatch.setenv(remote_cache.PASSWORD_ENV, "wrong")
+        monkeypatch.setenv(cache_remote.PASSWORD_ENV, "wrong")
         assert cache_tool.main(["push", src, "--to", srv.url]) == 2
         err = capsys.readouterr().err
         assert "autotune_cache: error:" in err and srv.url in err
@@ -146,7 +147,7 @@ def test_unreachable_server_and_secrets(tmp_path, capsys, monkeypatch):
         assert cache_tool.main(["push", src, "--to", srv.url,
                                 "--password_file",
                                 str(tmp_path / "pw")]) == 0
-        monkeypatch.setenv(remote_cache.PASSWORD_FILE_ENV,
+        monkeypatch.setenv(cache_remote.PASSWORD_FILE_ENV,
                            str(tmp_path / "pw"))
         assert cache_tool.main(["stats", srv.url]) == 0
         assert "1 entries" in capsys.readouterr().out

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 import autotune
-from autotune import results_io
+from autotune import codec
 from autotune.records import Config
 
 import tiny_kernels as tk
@@ -97,7 +97,7 @@ def test_cache_of_another_device_is_reported_not_used(session_factory,
     foreign = entry.replace(key=entry.key._replace(
         device="NVIDIA H100/sm_90/sms=132/triton-3.9.0"))
     path = tmp_path / "h100.textproto"
-    results_io.dump_results([foreign], path)
+    codec.dump_results([foreign], path)
     capsys.readouterr()
     sess2 = session_factory(load_autotune_results_from=[str(path)])
     err = capsys.readouterr().err
@@ -116,8 +116,8 @@ def test_conflicting_files_name_both_sources(session_factory, tmp_path):
     other = entry.replace(best=tk.GOOD[0] if entry.best != tk.GOOD[0]
                           else tk.GOOD[1])
     a, b = tmp_path / "a.textproto", tmp_path / "b.pb"
-    results_io.dump_results([entry], a)
-    results_io.dump_results([other], b)
+    codec.dump_results([entry], a)
+    codec.dump_results([other], b)
     with pytest.raises(autotune.AutotuneError) as err:
         session_factory(load_autotune_results_from=[str(a), str(b)])
     assert str(a) in str(err.value) and str(b) in str(err.value)
@@ -254,7 +254,7 @@ def test_keyword_tensors_in_another_order_are_another_fusion(session_factory):
 
 
 def test_failures_are_classified():
-    from autotune.backends import classify_failure
+    from autotune.measure.backends import classify_failure
     from triton.runtime.errors import InterpreterError
 
     def wrapped(cause):
@@ -279,7 +279,8 @@ def test_failures_are_classified():
 
 
 def test_slow_first_run_is_a_timeout_and_never_wins(monkeypatch):
-    from autotune import backends, tuner
+    from autotune.measure import backends
+    from autotune.measure import tuner
     x = torch.arange(8.0)
     y = torch.zeros(8)
     # The tuner's clock advances only by what each launch says it took.

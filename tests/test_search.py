@@ -9,8 +9,9 @@ import pytest
 
 from autotune.records import Config
 from autotune.search import evolutionary as ev
-from autotune.search import reuse, simulate
-from autotune.search.parallel import ParallelEvaluator
+from autotune.cache import neighbours as reuse
+from autotune.search import simulate
+from autotune.runtime.parallel import ParallelEvaluator
 from autotune.search.space import Space, SpaceError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,7 +11,9 @@ import triton
 import triton.language as tl
 
 import autotune
-from autotune import cache_tool, flags, results_io
+from autotune import flags
+from autotune.cli import cache_tool
+from autotune import codec
 
 import tests_support
 
@@ -47,7 +49,7 @@ def tuned_entry(session_factory, tmp_path, name="fresh.textproto"):
     sess = session_factory(dump_autotune_results_to=str(path))
     run_spin()
     sess.finish()
-    (entry,) = results_io.load_results(path)
+    (entry,) = codec.load_results(path)
     return entry
 
 
@@ -67,7 +69,7 @@ def test_tied_incumbent_is_kept_and_written_back_verbatim(session_factory,
     other = FAST_4 if entry.best == FAST_2 else FAST_2
     old = entry.replace(best=other)
     incumbents = tmp_path / "incumbents.textproto"
-    results_io.dump_results([old], incumbents)
+    codec.dump_results([old], incumbents)
     dump = tmp_path / "dump.textproto"
     sess = session_factory(autotune_incumbents_from=[str(incumbents)],
                            dump_autotune_results_to=str(dump))
@@ -83,14 +85,14 @@ def test_clearly_faster_challenger_replaces_the_incumbent(session_factory,
                                                           tmp_path):
     entry = tuned_entry(session_factory, tmp_path)
     incumbents = tmp_path / "incumbents.textproto"
-    results_io.dump_results([entry.replace(best=SLOW)], incumbents)
+    codec.dump_results([entry.replace(best=SLOW)], incumbents)
     dump = tmp_path / "dump.textproto"
     sess = session_factory(autotune_incumbents_from=str(incumbents),
                            dump_autotune_results_to=str(dump))
     run_spin()
     assert sess.stats.incumbents_replaced == 1
     sess.finish()
-    (new,) = results_io.load_results(dump)
+    (new,) = codec.load_results(dump)
     assert new.best in (FAST_2, FAST_4)
 
 
@@ -100,7 +102,7 @@ def test_changed_fingerprint_same_winner_changes_only_measured_lines(
     stale = entry.replace(key=entry.key._replace(
         fingerprint="0123456789abcdef"))
     incumbents = tmp_path / "incumbents.textproto"
-    results_io.dump_results([stale], incumbents)
+    codec.dump_results([stale], incumbents)
     dump = tmp_path / "dump.textproto"
     sess = session_factory(autotune_incumbents_from=[str(incumbents)],
                            dump_autotune_results_to=str(dump))
@@ -117,7 +119,7 @@ def test_changed_fingerprint_same_winner_changes_only_measured_lines(
     for before, after in changed:
         assert before.strip().startswith(measured), before
         assert after.strip().split()[0] == before.strip().split()[0]
-    (new,) = results_io.load_results(dump)
+    (new,) = codec.load_results(dump)
     assert new.best == entry.best and new.key == entry.key
 
 
@@ -185,7 +187,7 @@ def test_load_and_dump_the_same_file_keeps_untouched_entries(
         session_factory, tmp_path):
     entry = tuned_entry(session_factory, tmp_path)
     cache = tmp_path / "cache.textproto"
-    results_io.dump_results([entry] + foreign_entries(3), cache)
+    codec.dump_results([entry] + foreign_entries(3), cache)
     before = cache.read_bytes()
     sess = session_factory(load_autotune_results_from=[str(cache)],
                            dump_autotune_results_to=str(cache))
@@ -201,13 +203,13 @@ def test_dump_replaces_superseded_entries_and_keeps_the_rest(
     stale = entry.replace(key=entry.key._replace(
         fingerprint="0123456789abcdef"))
     cache = tmp_path / "cache.textproto"
-    results_io.dump_results([stale] + foreign_entries(2), cache)
+    codec.dump_results([stale] + foreign_entries(2), cache)
     sess = session_factory(dump_autotune_results_to=str(cache))
     run_spin()
     sess.finish()
     assert "(1 used by this run, 2 kept from the file)" in \
         capsys.readouterr().err
-    entries = results_io.load_results(cache)
+    entries = codec.load_results(cache)
     assert len(entries) == 3
     assert entry.key in {e.key for e in entries}
     assert stale.key not in {e.key for e in entries}
@@ -229,7 +231,7 @@ sys.exit(1)
 @pytest.mark.parametrize("how", ["raise", "exit"])
 def test_failed_process_does_not_shrink_a_complete_dump(tmp_path, how):
     cache = tmp_path / "cache.textproto"
-    results_io.dump_results(foreign_entries(4), cache)
+    codec.dump_results(foreign_entries(4), cache)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TRITON_INTERPRET="1")
     env.pop("AUTOTUNE_FLAGS", None)
@@ -237,7 +239,7 @@ def test_failed_process_does_not_shrink_a_complete_dump(tmp_path, how):
                            how], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 1, proc.stderr
-    entries = results_io.load_results(cache)
+    entries = codec.load_results(cache)
     assert len(entries) == 5  # the four it had, and the fusion this run tuned
     assert {e.key for e in foreign_entries(4)} <= {e.key for e in entries}
 
@@ -273,7 +275,7 @@ def test_written_files_get_the_umask(umask, session_factory, tmp_path, mask):
     umask(mask)
     expected = 0o666 & ~mask
     direct = tmp_path / "direct.pb"
-    results_io.atomic_write(direct, b"")
+    codec.atomic_write(direct, b"")
     assert mode(direct) == expected
     dump = tmp_path / "dump.textproto"
     sess = session_factory(dump_autotune_results_to=str(dump),

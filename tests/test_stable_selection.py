@@ -6,7 +6,8 @@ import random
 import pytest
 import torch
 
-from autotune import backends, tuner
+from autotune.measure import backends
+from autotune.measure import tuner
 from autotune.records import Candidate, Config
 
 INCUMBENT = Config({"BLOCK": 64}, num_warps=4)

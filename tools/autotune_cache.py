@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autotune.cache_tool import main  # noqa: E402
+from autotune.cli.cache_tool import main  # noqa: E402
 
 if __name__ == "__main__":
     if os.environ.get("BUILD_WORKING_DIRECTORY"):

@@ -15,7 +15,7 @@ import sys
 os.environ["TRITON_INTERPRET"] = "0"
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autotune import compile_check  # noqa: E402
+from autotune.cli import compile_check  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(compile_check.main())

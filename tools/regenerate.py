@@ -44,9 +44,9 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from autotune import results_io  # noqa: E402
-from autotune.results_io import CacheFileError  # noqa: E402
-from autotune import cache_tool  # noqa: E402
+from autotune import codec  # noqa: E402
+from autotune.codec import CacheFileError  # noqa: E402
+from autotune.cli import cache_tool  # noqa: E402
 
 DUMP_TAG = "autotune_dump"
 DUMP_SUFFIX = "_autotune_dump"  # gpu_autotuned_test NAME's dump target
@@ -238,7 +238,7 @@ def collect_dump(target, cwd, logs=None):
         raise RegenerateError(
             f"{target}: passed but wrote no {DUMP_FILE} (looked in "
             f"{os.path.join(logs, 'test.outputs')})")
-    entries = results_io.decode(data, DUMP_FILE)
+    entries = codec.decode(data, DUMP_FILE)
     device = None
     if REPORT_FILE in outputs:
         try:
@@ -315,7 +315,7 @@ def write_cache(entries, path):
     """Writes atomically; returns False (and leaves the file alone) when its
     bytes would not change. A new file gets the user's umask; an existing
     one keeps its mode."""
-    data = results_io.encode(entries, path)
+    data = codec.encode(entries, path)
     try:
         with open(path, "rb") as f:
             if f.read() == data:
@@ -349,7 +349,7 @@ def regenerate_cache(cache, dumps, workspace):
     old = []
     if os.path.exists(path):
         try:
-            old = results_io.load_results(path)
+            old = codec.load_results(path)
         except CacheFileError as e:
             print(f"regenerate: note: replacing unreadable {e}")
     merged = merge_dumps(old, dumps)

@@ -13,7 +13,7 @@ import sys
 os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autotune.cache_tool import main  # noqa: E402
+from autotune.cli.cache_tool import main  # noqa: E402
 
 REGENERATE = "bazel run @rules_autotune//tools:regenerate"
 

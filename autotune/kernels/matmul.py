@@ -6,7 +6,7 @@ takes the input precision as a constexpr and the launcher follows torch:
 ("highest"), "tf32" when torch.set_float32_matmul_precision("high") or
 "medium" allows it, so the tuned kernel computes what torch.matmul would.
 The reference returns tolerances derived from the dtype, the precision and
-K (autotune.tuner.dot_tolerance): a tf32 candidate is not judged wrong for
+K (autotune.measure.tuner.dot_tolerance): a tf32 candidate is not judged wrong for
 being tf32.
 """
 import torch
@@ -64,7 +64,7 @@ def input_precision(dtype):
 
 def tolerance(a, b, precision=None):
     """(rtol, atol) for comparing this kernel's output with reference()."""
-    from autotune.tuner import dot_tolerance
+    from autotune.measure.tuner import dot_tolerance
     precision = precision or input_precision(a.dtype)
     scale = (a.float().pow(2).mean().sqrt()
              * b.float().pow(2).mean().sqrt()).item()
@@ -145,7 +145,8 @@ def candidate_objective(device, M=48, N=48, K=64, activation="relu",
     """Objective for a parallel tuning worker: measures configs of one
     matmul fusion on this worker's device (a GPU, or one CPU thread under
     the interpreter). Picklable through functools.partial."""
-    from autotune import backends, tuner
+    from autotune.measure import backends
+    from autotune.measure import tuner
     from autotune.search.evolutionary import Measurement
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -7,14 +7,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autotune import results_io  # noqa: E402
+from autotune import codec  # noqa: E402
 from test_results_io import make_entries  # noqa: E402
 
 path, n = sys.argv[1], int(sys.argv[2])
 sets = [make_entries(n, seed=1), make_entries(n, seed=2)]
 i = 0
 while True:
-    results_io.dump_results(sets[i % 2], path)
+    codec.dump_results(sets[i % 2], path)
     if i == 0:
         print("READY", flush=True)
     i += 1

@@ -1,6 +1,6 @@
 """The autotuning session: one per process, shared by every tuned kernel.
 
-The decorator (autotune.autotuner) computes a call's fusion key and asks the
+The decorator (autotune.runtime.autotuner) computes a call's fusion key and asks the
 session, which looks the key up (memory -> loaded results files ->
 per-fusion directory); on a hit launches with the cached config without any
 benchmarking; on a miss tunes, stores and launches. One Session per process
@@ -14,11 +14,15 @@ import os
 import sys
 import threading
 
-from autotune import backends, codec, flags
-from autotune.cache_storage import (CacheConflictError, PerFusionDirectory,
+from autotune import log as logs
+from autotune import codec, flags
+from autotune.measure import backends
+from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
-from autotune.search import reuse
+from autotune.cache import neighbours as reuse
 from autotune.errors import AutotuneError, CacheFileError
+
+log = logs.get("runtime")
 
 
 REGENERATE = "bazel run @rules_autotune//tools:regenerate"
@@ -121,10 +125,10 @@ class Session:
         if not self.options.autotune_remote_cache:
             self._warn_remote_options_without_url()
         else:
-            from autotune import remote_cache  # imports redis: only if set
+            from autotune.cache import remote as cache_remote# imports redis: only if set
             try:
-                remote = remote_cache.RemoteCache.from_options(self.options)
-            except remote_cache.RemoteCacheError as e:
+                remote = cache_remote.RemoteCache.from_options(self.options)
+            except cache_remote.RemoteCacheError as e:
                 raise AutotuneError(f"--autotune_remote_cache: {e}") from None
         self.cache = ResultsCache(self.device_key, per_fusion, remote)
         for path in self.options.load_autotune_results_from:
@@ -172,9 +176,9 @@ class Session:
                  if spec.name.startswith("autotune_remote_cache_")
                  and getattr(self.options, spec.name) != spec.default]
         if given:
-            print(f"autotune: warning: {', '.join(given)} given without "
-                  f"--autotune_remote_cache: this run has no remote cache",
-                  file=sys.stderr)
+            log.warning(f"autotune: warning: {', '.join(given)} given "
+                        "without --autotune_remote_cache: this run has no "
+                        "remote cache")
 
     def _check_expected_gpu(self):
         want = self.options.autotune_expected_gpu
@@ -207,13 +211,13 @@ class Session:
                                   "entries": len(loaded.entries),
                                   "by_device": dict(loaded.by_device),
                                   "usable": usable})
-        print(line, file=sys.stderr)
+        log.info(line)
 
     def _load_incumbents(self, path):
         if not os.path.exists(path):
             # The first regenerate has no cache yet: tune without them.
-            print(f"autotune: {path} does not exist yet (a first run): "
-                  "every fusion is tuned from scratch", file=sys.stderr)
+            log.info(f"autotune: {path} does not exist yet (a first run): "
+                     "every fusion is tuned from scratch")
             return
         try:
             entries = codec.load_results(path)
@@ -222,8 +226,7 @@ class Session:
         for entry in entries:
             self.incumbents.setdefault(_fusion_of(entry.key), []).append(
                 entry)
-        print(f"autotune: incumbents {path}: {len(entries)} entries",
-              file=sys.stderr)
+        log.info(f"autotune: incumbents {path}: {len(entries)} entries")
 
     def incumbent_for(self, key):
         """The incumbent entry of a fusion: same kernel, signature and
@@ -392,12 +395,12 @@ class Session:
             if dump:
                 entries, kept = self.merged_dump_entries(dump)
                 codec.dump_results(entries, dump)
-                print(f"autotune: dumped {len(entries)} entries to {dump} "
-                      f"({len(entries) - kept} used by this run, {kept} "
-                      "kept from the file)", file=sys.stderr)
-            print(self.summary_line(), file=sys.stderr)
+                log.info(f"autotune: dumped {len(entries)} entries to {dump} "
+                         f"({len(entries) - kept} used by this run, {kept} "
+                         "kept from the file)")
+            log.info(self.summary_line())
             if self.cache.remote is not None:
-                print(self.cache.remote.summary_line(), file=sys.stderr)
+                log.info(self.cache.remote.summary_line())
                 self.cache.remote.close()
             report_path = self.options.autotune_report_to
             if not report_path and os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR"):
@@ -478,7 +481,7 @@ def _finish_at_exit():
     try:
         current.finish()
     except Exception as e:  # exit path: report, and fail the process
-        print(f"autotune: error at exit: {e}", file=sys.stderr)
+        log.error(f"autotune: error at exit: {e}")
         # Only os._exit can set the exit status here, and it skips the
         # handlers still to run: run them first (this handler runs before
         # every other one, see _run_first_at_exit).
@@ -505,13 +508,12 @@ except (AttributeError, RuntimeError):
     pass
 
 
-def __getattr__(name):
-    # The decorator lives in autotune.autotuner; old imports keep working.
-    if name in ("Autotuner", "autotune", "tune"):
-        from autotune import autotuner
-        return getattr(autotuner, name)
-    raise AttributeError(f"module 'autotune.runtime' has no attribute {name!r}")
-
-
 __all__ = ["configure", "session", "Session", "AutotuneError",
            "AutotuneCacheMissError"]
+
+
+def device():
+    """The torch device the current session's backend runs kernels on:
+    tests, examples and benchmarks create their tensors there (CUDA
+    tensors for the GPU backend, CPU tensors for the interpreter)."""
+    return session().backend.device

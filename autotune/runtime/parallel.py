@@ -20,7 +20,10 @@ import os
 import threading
 import time
 
+from autotune import log as logs
 from autotune.search.evolutionary import Measurement
+
+log = logs.get("tuning")
 
 _STOP = None
 
@@ -235,7 +238,8 @@ def _rebuilt_objective(spec_bytes, device):
     import pickle
     import sys
 
-    from autotune import backends, tuner
+    from autotune.measure import backends
+    from autotune.measure import tuner
     spec = pickle.loads(spec_bytes)
     module_name, attribute = spec["kernel"]
     module = sys.modules.get(module_name) or \
@@ -290,7 +294,6 @@ class CandidatePool:
         if getattr(backend, "name", "") != "gpu":
             return cls(evaluator, workers)
         import pickle
-        import sys
         import torch
         count = min(workers, torch.cuda.device_count())
         reason = None
@@ -312,9 +315,9 @@ class CandidatePool:
             except Exception as e:
                 reason = f"the launch cannot be sent to a worker ({e})"
         if reason is not None:
-            print(f"autotune: --autotune_workers={workers}: tuning "
-                  f"{getattr(autotuner, 'name', 'the kernel')} in process: "
-                  f"{reason}", file=sys.stderr)
+            log.warning(f"autotune: --autotune_workers={workers}: tuning "
+                        f"{getattr(autotuner, 'name', 'the kernel')} in "
+                        f"process: {reason}")
             return None
         return cls(evaluator, count, gpu_spec=spec, gpu_count=count)
 

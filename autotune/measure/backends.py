@@ -15,7 +15,7 @@ import time
 
 from autotune.errors import AutotuneError
 
-BACKEND_NAMES = ("auto", "gpu", "interpreter")
+from autotune.flags import BACKEND_NAMES
 
 
 class BackendError(AutotuneError):
@@ -272,13 +272,6 @@ def interpreter_selected():
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in (
         "1", "true", "on", "yes")
 
-
-def device():
-    """The torch device the current session's backend runs kernels on:
-    tests, examples and benchmarks create their tensors there (CUDA
-    tensors for the GPU backend, CPU tensors for the interpreter)."""
-    from autotune import runtime
-    return runtime.session().backend.device
 
 
 def gpu_available():

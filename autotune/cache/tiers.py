@@ -7,12 +7,14 @@ keys to entries and says where each came from.
 import collections
 import errno
 import os
-import sys
 import time
 
-from autotune import cache_key as keys
+from autotune import log as logs
+from autotune import keys as keys
 from autotune import codec
 from autotune.errors import CacheFileError
+
+log = logs.get("cache")
 
 MODES = ("update", "read")
 
@@ -115,8 +117,8 @@ class PerFusionDirectory:
             return False
         except OSError:
             aside = None
-        print(f"autotune: warning: {error}; moved aside to {aside} and "
-              "re-tuning", file=sys.stderr)
+        log.warning("autotune: warning: %s; moved aside to %s and re-tuning",
+                    error, aside)
         return True
 
     def store(self, entry):
@@ -132,10 +134,10 @@ class PerFusionDirectory:
         except OSError as e:
             if not self.store_failed:
                 self.store_failed = True
-                print(f"autotune: warning: cannot store in the per-fusion "
-                      f"cache directory {self.path}: {e.strerror or e} "
-                      f"({path}); tuned configs are used but not stored",
-                      file=sys.stderr)
+                log.warning(f"autotune: warning: cannot store in the "
+                            f"per-fusion cache directory {self.path}: "
+                            f"{e.strerror or e} ({path}); tuned configs are "
+                            "used but not stored")
             return entry
 
     def _store(self, entry, path):

@@ -9,7 +9,7 @@ its arguments and their meaning, and persists what it tunes.
     kernel[grid](x, y, n_cols)
 
 A call computes its fusion key from the key arguments, tensor dtypes and
-the untuned constexprs, asks the session (autotune.runtime) for the entry,
+the untuned constexprs, asks the session (autotune.runtime.session) for the entry,
 and launches with its config; the session tunes through this object on a
 miss. Arguments this project adds (reference=, outputs=, rtol=, atol=,
 space=, search=, ...) are keywords triton.autotune does not have.
@@ -23,10 +23,13 @@ import warnings
 
 from triton.runtime.jit import KernelInterface
 
-from autotune import backends, cache_key, tuner
+from autotune.measure import backends
+from autotune import keys as keys_module
+from autotune.measure import tuner
 from autotune.records import Config, Entry
-from autotune.runtime import AutotuneError, session
-from autotune.search import parallel, reuse
+from autotune.runtime.session import AutotuneError, session
+from autotune.cache import neighbours as reuse
+from autotune.runtime import parallel, tuning
 
 
 class AutotuneArgumentError(AutotuneError, ValueError):
@@ -177,7 +180,7 @@ class Autotuner(KernelInterface):
                         if space is None and len(self.configs) == 1 else None)
         self._single_launch = self._single.all_kwargs() \
             if self._single is not None else None
-        self.constexpr_names = sorted(set(cache_key.constexpr_names(self.base_fn)) - tuned
+        self.constexpr_names = sorted(set(keys_module.constexpr_names(self.base_fn)) - tuned
                                       - set(self.keys))
         # Triton's hooks: a user hook replaces the default one, which resets
         # reset_to_zero and restores restore_value around every launch
@@ -267,7 +270,7 @@ class Autotuner(KernelInterface):
     @property
     def fingerprint(self):
         if self._fingerprint is None:
-            fingerprint = cache_key.kernel_fingerprint(
+            fingerprint = keys_module.kernel_fingerprint(
                 _jit_function(self.kernel))
             heuristics = _heuristic_sources(self.kernel)
             if heuristics:
@@ -302,8 +305,8 @@ class Autotuner(KernelInterface):
                   if hasattr(named.get(k), "dtype")]
         consts = [(k, named[k]) for k in sorted(self.constexpr_names)
                   if k in named]
-        signature = cache_key.fusion_signature(key_values, dtypes, consts)
-        return cache_key.make_key(sess.device_key, self.name,
+        signature = keys_module.fusion_signature(key_values, dtypes, consts)
+        return keys_module.make_key(sess.device_key, self.name,
                                   self.fingerprint, signature)
 
     def _refuse_tuned(self, kwargs):
@@ -559,7 +562,7 @@ class Autotuner(KernelInterface):
                 return result
         checker = None
         if sess.options.autotune_compile_check:
-            from autotune import compile_check
+            from autotune.measure import compile_check
             checker = compile_check.Checker(
                 sess.options.autotune_compile_check,
                 _jit_function(self.kernel), named)
@@ -599,14 +602,13 @@ class Autotuner(KernelInterface):
                     list(seeds) + rest, "seeded" if seeds else "exhaustive",
                     incumbent=incumbent)
             else:
-                from autotune.search import evolutionary
                 budget = self.budget
                 if seeds and budget:
                     budget = max(len(seeds) + 1, budget // 2)
                 first = list(seeds)
                 if incumbent is not None and incumbent not in first:
                     first.append(incumbent)
-                result = evolutionary.tune_with_search(
+                result = tuning.tune_with_search(
                     evaluator, self.space, budget=budget, seed=self.seed,
                     seeds=first, pool=pool, time_budget_s=self.time_budget_s)
                 result = tuner.reselect(evaluator, result, incumbent)

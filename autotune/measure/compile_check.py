@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from autotune import cache_key
+from autotune import keys
 from autotune.errors import AutotuneError
 
 # Per compute capability: dynamic shared memory per block (the opt-in
@@ -121,7 +121,7 @@ def triton_type(value):
 def call_signature(fn, named):
     """{arg: type or constexpr value} from the arguments of one launch
     (tuned constexprs come from each config)."""
-    consts = set(cache_key.constexpr_names(fn))
+    consts = set(keys.constexpr_names(fn))
     out = {}
     for name, value in named.items():
         out[name] = value if name in consts else triton_type(value)
@@ -183,13 +183,13 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from autotune import backends
+    from autotune.measure import backends
     jit = _jit_function(kernel)
     fn = jit.fn
     params = inspect.signature(fn).parameters
     full = dict(signature)
     full.update(config_kwargs)
-    consts = set(cache_key.constexpr_names(fn))
+    consts = set(keys.constexpr_names(fn))
     types, constexprs = {}, {}
     for name in jit.arg_names:
         if name in consts:
@@ -328,14 +328,14 @@ class Checker:
     _memo = {}
 
     def __init__(self, targets, kernel, named, jobs=None):
-        from autotune import cache_key
+        from autotune import keys
         self.targets = parse_targets(targets) if isinstance(targets, str) \
             else list(targets)
-        fn = cache_key.python_function(kernel)
+        fn = keys.python_function(kernel)
         self.module = fn.__module__
         self.file = fn.__code__.co_filename
         self.kernel_name = fn.__name__
-        self.fingerprint = cache_key.kernel_fingerprint(kernel)
+        self.fingerprint = keys.kernel_fingerprint(kernel)
         self.jobs = jobs or min(4, os.cpu_count() or 1)
         tuned_free = {k: v for k, v in named.items()}
         self.signature = call_signature(fn, tuned_free)
@@ -371,8 +371,8 @@ class Checker:
                    PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         env.pop("AUTOTUNE_FLAGS", None)
         proc = subprocess.run(
-            [sys.executable, "-m", "autotune.compile_check", "--serve",
-             f"--jobs={self.jobs}"], input=json.dumps(request),
+            [sys.executable, "-m", "autotune.measure.compile_check", "--serve",
+             str(self.jobs)], input=json.dumps(request),
             capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -381,7 +381,7 @@ class Checker:
         return json.loads(proc.stdout)
 
 
-# -- the command line ----------------------------------------------------------
+# -- the child process of Checker -----------------------------------------------
 
 EXAMPLE_MODULES = ("autotune.kernels.matmul", "autotune.kernels.softmax",
                    "autotune.kernels.layernorm")
@@ -438,7 +438,7 @@ def signature_from_cache(text, template, fn):
                 if dtype in _TORCH_TO_TRITON:
                     sig[name] = "*" + _TORCH_TO_TRITON[dtype]
         else:
-            consts = set(cache_key.constexpr_names(fn))
+            consts = set(keys.constexpr_names(fn))
             for item in filter(None, part.split(",")):
                 name, _, value = item.partition("=")
                 if name in consts:
@@ -447,79 +447,16 @@ def signature_from_cache(text, template, fn):
     return sig
 
 
-def _print_table(results, out):
-    header = (f"{'target':<6} {'kernel':<24} {'signature':<50} "
-              f"{'config':<56} {'shared':>7} {'regs':>4} {'spill':>5} "
-              f"{'s':>5}  status")
-    print(header, file=out)
-    for r in results:
-        status = "ok" if r["ok"] else f"REJECTED {r['failure']}"
-        print(f"{r['target']:<6} {r['kernel'][:24]:<24} "
-              f"{r['signature'][:50]:<50} {r['config'][:56]:<56} "
-              f"{r['shared']:>7} {r['registers']:>4} {r['stack']:>5} "
-              f"{r['seconds']:>5.2f}  {status}", file=out)
-
-
-def main(argv=None):
-    import argparse
-    parser = argparse.ArgumentParser(
-        prog="compile_check", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--targets", default="sm_90,sm_80")
-    parser.add_argument("--module", action="append", default=[],
-                        help="kernel module with COMPILE_SIGNATURES "
-                             "(repeatable; default: the example kernels)")
-    parser.add_argument("--cache", help="compile every config this results "
-                        "file names (for the kernels of --module)")
-    parser.add_argument("--jobs", type=int,
-                        default=min(4, os.cpu_count() or 1))
-    parser.add_argument("--json", help="write the results here as JSON")
-    parser.add_argument("--serve", action="store_true",
-                        help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+def serve():
+    """The child side of Checker: JSON tasks on stdin, results on stdout
+    (a tuning process asks; Triton compiles for GPU targets here)."""
     os.environ["TRITON_INTERPRET"] = "0"
     _quiet_fp_fusion_notice()
-    if args.serve:  # a tuning process asks: JSON tasks in, results out
-        tasks = [tuple(t) for t in json.load(sys.stdin)]
-        json.dump(run_tasks(tasks, args.jobs), sys.stdout)
-        return 0
-    try:
-        targets = parse_targets(args.targets)
-        entries = None
-        if args.cache:
-            from autotune import results_io
-            entries = results_io.load_results(args.cache)
-        tasks = []
-        for module_name in args.module or EXAMPLE_MODULES:
-            tasks += module_tasks(module_name, targets, entries)
-    except (CompileCheckError, ImportError, OSError) as e:
-        print(f"compile_check: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # a results file that does not load, say
-        print(f"compile_check: {type(e).__name__}: {e}".splitlines()[0],
-              file=sys.stderr)
-        return 2
-    start = time.perf_counter()
-    results = run_tasks(tasks, args.jobs)
-    wall = time.perf_counter() - start
-    _print_table(results, sys.stdout)
-    rejected = [r for r in results if not r["ok"]]
-    for t in targets:
-        mine = [r for r in results if r["target"] == t.name]
-        bad = sum(not r["ok"] for r in mine)
-        print(f"{t.name}: {len(mine)} configs, {len(mine) - bad} compiled "
-              f"within limits, {bad} rejected, "
-              f"{sum(r['seconds'] for r in mine):.1f} s compiling")
-    print(f"wall time {wall:.1f} s with {args.jobs} job(s)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"results": results, "wall_seconds": round(wall, 2),
-                       "jobs": args.jobs}, f, indent=1)
-    for r in rejected:
-        print(f"compile_check: {r['target']} {r['kernel']} "
-              f"[{r['signature']}] {r['config']}: {r['failure']}: "
-              f"{r['reason']}", file=sys.stderr)
-    return 1 if rejected else 0
+    tasks = [tuple(t) for t in json.load(sys.stdin)]
+    json.dump(run_tasks(tasks, int(sys.argv[2]) if len(sys.argv) > 2
+                        else 1), sys.stdout)
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve())

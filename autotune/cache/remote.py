@@ -21,10 +21,10 @@ The redis client is imported only when a remote is configured.
 """
 import os
 import re
-import sys
 import urllib.parse
 
-from autotune import cache_key as keys
+from autotune import log as logs
+from autotune import keys as keys
 from autotune.codec import binary
 from autotune.records import KEY_VERSION
 from autotune.errors import AutotuneError, CacheFileError
@@ -223,7 +223,7 @@ class RemoteCache:
         self.expiry_s = int(expiry_s or 0)
         if self.expiry_s < 0:
             raise RemoteCacheError("remote cache expiry must be >= 0 seconds")
-        self.log = log or (lambda line: print(line, file=sys.stderr))
+        self.log = log or logs.get("remote").warning
         self.client = client if client is not None else connect(
             self.url, password, timeout_s, ca_file)
         self.hits = self.misses = self.published = self.adopted = 0

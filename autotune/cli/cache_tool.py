@@ -13,14 +13,13 @@ Exit codes:
      format version, foreign file in a cache directory, duplicate keys;
      nothing is written
 
-Run as `python tools/autotune_cache.py`, `python -m autotune.cache_tool`
+Run as `python tools/autotune_cache.py`, `python -m autotune.cli.cache_tool`
 or `bazel run @rules_autotune//tools:autotune_cache --` (relative paths
 from where bazel was run). Text or binary: by extension (.txt .textproto
 .pbtxt; .pb .binpb .binarypb .bin), else by content, so `-` (stdin) and
 `<(git show HEAD:testdata/x.textproto)` work.
 """
 import argparse
-import collections
 import datetime
 import importlib
 import json
@@ -28,171 +27,15 @@ import math
 import os
 import sys
 
-from autotune import codec, remote_tool
-from autotune.cache_storage import PerFusionDirectory
+from autotune import codec
+from autotune.cache import merge
+from autotune.cache.io import materialize, read_cache, stats, write_cache
+from autotune.cli import remote_tool
 from autotune.records import KEY_VERSION
-from autotune.errors import AutotuneError, CacheFileError
+from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
+                             ToolError)
 
-POLICIES = ("fail", "prefer-faster", "prefer-newer", "prefer-first")
-
-
-class ToolError(Exception):
-    """Bad input or usage: exit 2 with a one-line message."""
-
-
-BINARY_EXTENSIONS = (".pb", ".binpb", ".binarypb", ".bin")
-_SIZES = {}  # bytes read from paths that have no size of their own (pipes)
-
-
-def _looks_like_text(data):
-    """Text files start with a comment or a field name; binary ones with a
-    field tag (a control byte for every field of the schema)."""
-    head = data[:256].lstrip()
-    return head[:1] == b"#" or head[:1].isalpha()
-
-
-def _read_sniffed(path, data, parse_all):
-    """Entries of bytes whose format the name does not tell (stdin, a
-    pipe such as bash's <(git show ...), an unknown extension)."""
-    _SIZES[path] = len(data)
-    as_name = "input.textproto" if _looks_like_text(data) else "input.pb"
-    try:
-        return codec.decode(data, as_name, parse_all=parse_all)
-    except CacheFileError as e:
-        raise ToolError(f"{path}: {e.reason}")
-
-
-def read_cache(path, parse_all=False, warn=None):
-    """Entries of a results file or a per-fusion directory. parse_all: parse
-    every field of a binary file now (verify, show); otherwise candidates
-    and provenance are parsed when used, and copied unparsed when written
-    in the same format. `-` reads stdin; when the extension does not say
-    text or binary, the content does. A remote namespace's values that are
-    not entries are skipped and given to `warn` (default: a warning)."""
-    if remote_tool.is_remote_url(path):
-        return remote_tool.read_remote(path, warn)
-    if path == "-":
-        entries = _read_sniffed(path, sys.stdin.buffer.read(), parse_all)
-        try:
-            codec.decode_heads(entries)
-        except CacheFileError as e:
-            raise ToolError(str(e))
-        return entries
-    if not os.path.exists(path):
-        raise ToolError(f"{path}: no such file or directory")
-    try:
-        if os.path.isdir(path):
-            entries = PerFusionDirectory(path, "read").entries()
-        elif not codec.is_text_path(path) and \
-                not path.endswith(BINARY_EXTENSIONS):
-            with open(path, "rb") as f:
-                entries = _read_sniffed(path, f.read(), parse_all)
-        else:
-            entries = codec.load_results(path, parse_all=parse_all)
-        # Every subcommand reads the best configs: a malformed one is bad
-        # input, reported before anything else happens.
-        codec.decode_heads(entries)
-        return entries
-    except CacheFileError as e:
-        raise ToolError(str(e))
-    except OSError as e:
-        raise ToolError(f"{path}: {e.strerror}")
-
-
-def materialize(entries, path, everything=False):
-    """Decodes lazily decoded fields now, so a bad line is reported as bad
-    input before anything is written. Entries of canonical text files are
-    checked by one pattern match and then copied as they are. Entries of
-    binary files were framed by protobuf's parser when loaded; their
-    candidates and provenance are copied as they are, unparsed.
-    everything (verify): decode every field of every entry."""
-    try:
-        codec.decode_heads(entries)
-        for entry in entries:
-            if everything:
-                entry.candidates  # noqa: B018
-                entry.provenance  # noqa: B018
-                continue
-            if codec.is_message_backed(entry):
-                continue  # best decoded in bulk above; the rest is copied
-            entry.best  # noqa: B018
-            if codec.copyable_rest(entry) is None:
-                entry.candidates  # noqa: B018
-    except CacheFileError as e:
-        raise ToolError(str(e))
-    except (ValueError, IndexError) as e:
-        raise ToolError(f"{path}: {e}")
-
-
-def write_cache(entries, path, inputs=()):
-    """Writes a results file, or a per-fusion directory when `path` is a
-    directory or ends with a slash."""
-    if remote_tool.is_remote_url(path):
-        raise ToolError(f"{path}: a remote cache is written with `push` "
-                        "(its policies decide conflicts with the server's "
-                        "entries), not as an output file")
-    real = os.path.realpath(path)
-    for source in inputs:
-        if os.path.realpath(source) == real:
-            raise ToolError(f"{path}: is also an input; inputs are never "
-                            "modified (write elsewhere, then move)")
-    try:
-        if path.endswith(os.sep) or os.path.isdir(path):
-            _write_directory(entries, path)
-        else:
-            codec.dump_results(entries, path)
-    except CacheFileError as e:
-        raise ToolError(str(e))
-    except OSError as e:
-        raise ToolError(f"{path}: {e.strerror or e}")
-
-
-def _write_directory(entries, path):
-    """One atomic file per entry; a directory this call created is removed
-    again when a write fails."""
-    created = not os.path.lexists(path)
-    os.makedirs(path, exist_ok=True)
-    written = []
-    try:
-        directory = PerFusionDirectory(path, "update")
-        for entry in entries:
-            target = directory.file_path(entry.key)
-            codec.atomic_write(target, codec.encode([entry], target))
-            written.append(target)
-    except BaseException:
-        if created:
-            for target in written:
-                os.unlink(target)
-            os.rmdir(path)
-        raise
-
-
-# -- show / stats ---------------------------------------------------------
-
-def stats(entries, path):
-    by_device = collections.Counter(e.key.device for e in entries)
-    by_kernel = collections.Counter(e.key.kernel for e in entries)
-    by_triton = collections.Counter(e.provenance.triton_version or "?"
-                                    for e in entries)
-    stamps = sorted(e.provenance.timestamp for e in entries
-                    if e.provenance.timestamp)
-    remote = getattr(entries, "info", None)
-    if remote is not None:
-        size = remote["bytes"]
-    elif path in _SIZES:
-        size = _SIZES[path]
-    elif os.path.isdir(path):
-        size = sum(os.path.getsize(os.path.join(path, n))
-                   for n in os.listdir(path))
-    else:
-        size = os.path.getsize(path)
-    return {"path": path, "entries": len(entries), "bytes": size,
-            "by_device": dict(sorted(by_device.items())),
-            "by_kernel": dict(sorted(by_kernel.items())),
-            "by_triton_version": dict(sorted(by_triton.items())),
-            "oldest": stamps[0] if stamps else None,
-            "newest": stamps[-1] if stamps else None,
-            **({"remote": remote} if remote is not None else {})}
+POLICIES = merge.POLICIES
 
 
 def cmd_show(args):
@@ -311,59 +154,12 @@ def cmd_diff(args):
 
 # -- merge ----------------------------------------------------------------
 
-def merge_entries(sources, policy="fail"):
-    """sources: [(path, entries)]. Returns (merged entries, conflicts);
-    conflicts are listed whatever the policy, and resolved unless the
-    policy is fail."""
-    if policy not in POLICIES:
-        raise ToolError(f"unknown policy {policy!r}; expected one of "
-                        f"{', '.join(POLICIES)}")
-    chosen = {}
-    origin = {}
-    conflicts = []
-    for path, entries in sources:
-        for entry in entries:
-            current = chosen.get(entry.key)
-            if current is None:
-                chosen[entry.key] = entry
-                origin[entry.key] = path
-                continue
-            if current.best == entry.best:
-                continue
-            conflicts.append({**_describe(entry.key),
-                              "first": {"source": origin[entry.key],
-                                        "best": current.best.short(),
-                                        "run_time_us": current.run_time_us},
-                              "second": {"source": path,
-                                         "best": entry.best.short(),
-                                         "run_time_us": entry.run_time_us}})
-            take = False
-            if policy == "prefer-faster":
-                take = (entry.run_time_us, entry.best.sort_key) < (
-                    current.run_time_us, current.best.sort_key)
-            elif policy == "prefer-newer":
-                take = entry.provenance.timestamp > current.provenance.timestamp
-            if take:
-                chosen[entry.key] = entry
-                origin[entry.key] = path
-    return list(chosen.values()), conflicts
-
-
 def cmd_merge(args):
     sources = [(p, read_cache(p)) for p in args.inputs]
     for path, entries in sources:
         materialize(entries, path)  # bad input is reported before conflicts
-    merged, conflicts = merge_entries(sources, args.policy)
-    for c in conflicts:
-        print(f"conflict: {c['kernel']} [{c['signature']}] on {c['device']}: "
-              f"{c['first']['source']} has {c['first']['best']} "
-              f"({c['first']['run_time_us']:.3f} us), {c['second']['source']}"
-              f" has {c['second']['best']} "
-              f"({c['second']['run_time_us']:.3f} us)", file=sys.stderr)
-    if conflicts and args.policy == "fail":
-        print(f"merge: {len(conflicts)} conflict(s); nothing written. Choose "
-              "--policy=prefer-faster, prefer-newer or prefer-first",
-              file=sys.stderr)
+    merged, conflicts = merge.merge(sources, args.policy)
+    if merge.report("merge", conflicts, args.policy):
         return 1
     write_cache(merged, args.output, inputs=args.inputs)
     print(f"merge: wrote {len(merged)} entries to {args.output}"
@@ -379,7 +175,7 @@ def tree_kernels(modules):
     this project's autotuners, and kernels decorated with Triton's own
     triton.autotune, which the drop-in tunes under the same name and
     fingerprint."""
-    from autotune.autotuner import (Autotuner, from_triton_autotuner,
+    from autotune.runtime.autotuner import (Autotuner, from_triton_autotuner,
                                     triton_autotuner_class)
     root = workspace_import_root()
     if root and root not in sys.path:
@@ -615,7 +411,7 @@ def main(argv=None):
         # again; a command makes no cycles worth collecting before it ends.
         with codec.no_gc():
             return args.func(args)
-    except (ToolError, CacheFileError, remote_tool.RemoteToolError) as e:
+    except (ToolError, CacheFileError, RemoteToolError) as e:
         print(f"autotune_cache: error: {e}", file=sys.stderr)
         return 2
 

@@ -8,12 +8,12 @@ values, so 1024 vs 2048 is as close as 64 vs 128.
 """
 import math
 
-from autotune import cache_key
+from autotune import keys
 
 
 def shape_distance(sig_a, sig_b):
-    a = cache_key.parse_signature_keys(sig_a)
-    b = cache_key.parse_signature_keys(sig_b)
+    a = keys.parse_signature_keys(sig_a)
+    b = keys.parse_signature_keys(sig_b)
     if set(a) != set(b):
         return math.inf
     total = 0.0
@@ -29,14 +29,14 @@ def shape_distance(sig_a, sig_b):
 def rank_neighbours(entries, key):
     """Entries ordered by usefulness for `key`: this device first, then
     shape distance, then faster recorded run time."""
-    shape_class = cache_key.signature_shape_class(key.signature)
+    shape_class = keys.signature_shape_class(key.signature)
     ranked = []
     for entry in entries:
         other = entry.key
         if other == key or other.kernel != key.kernel \
                 or other.fingerprint != key.fingerprint:
             continue
-        if cache_key.signature_shape_class(other.signature) != shape_class:
+        if keys.signature_shape_class(other.signature) != shape_class:
             continue
         distance = shape_distance(other.signature, key.signature)
         if math.isinf(distance):
