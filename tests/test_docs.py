@@ -37,8 +37,13 @@ def markdown_files():
     return files
 
 
+def _without_fences(text):
+    return re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.S | re.M)
+
+
 def _without_code_blocks(text):
-    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    """The text outside fenced code blocks and inline code spans."""
+    return re.sub(r"`[^`\n]*`", "", _without_fences(text))
 
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -62,7 +67,7 @@ def slug(heading):
 
 
 def anchors(path):
-    text = _without_code_blocks(_read(path))
+    text = _without_fences(_read(path))
     return {slug(h) for h in re.findall(r"^#{1,6}\s+(.*)$", text, re.M)}
 
 
@@ -195,7 +200,7 @@ def macro_definitions():
             continue
         text = _read(os.path.join(private, name))
         constants = dict(re.findall(r"^([A-Z_]+) = (.+)$", text, re.M))
-        for m in re.finditer(r'^def (\w+)\((.*?)\):\n\s*"""(.*?)"""', text,
+        for m in re.finditer(r'^def (\w+)\(((?:(?!\ndef ).)*?)\):\n\s*"""(.*?)"""', text,
                              re.S | re.M):
             params = {}
             for param in _split_top_level(m.group(2)):
