@@ -6,6 +6,7 @@ machine lacks, a remote cache setting) raises an AutotuneError or a
 subclass of it, so one `except autotune.AutotuneError` catches them all;
 CacheFileError adds the path of the file at fault.
 """
+from autotune.contract import REGENERATE_COMMAND
 
 
 class AutotuneError(Exception):
@@ -27,3 +28,89 @@ class ToolError(AutotuneError):
 
 class RemoteToolError(ToolError):
     """A remote namespace a tool cannot read or write: exit 2, one line."""
+
+
+class AutotuneWarning(UserWarning):
+    """Something about a tuned kernel the user should know, once (a
+    warnings category: filter it with the warnings module)."""
+
+
+class CacheConflictError(AutotuneError):
+    """A per-fusion cache file holds another key than its name says."""
+
+
+class AutotuneFlagsError(AutotuneError):
+    """A flag that cannot be parsed or used."""
+
+
+class AutotuneArgumentError(AutotuneError, ValueError):
+    """A decorator argument or a call that Triton's autotuner would refuse
+    too (a ValueError there)."""
+
+
+class BackendError(AutotuneError):
+    """A backend that cannot run here (the flag against the machine)."""
+
+
+class CompileCheckError(AutotuneError):
+    """A config that does not compile for the target, or bad input."""
+
+
+class TuningError(AutotuneError):
+    """No config of a fusion ran correctly, or tuning cannot go on."""
+
+
+class DeviceContextLostError(TuningError):
+    """A candidate left the CUDA context unusable (an illegal address, a
+    device-side assert): CUDA cannot recover it inside the process, so the
+    run stops here, naming the kernel and the config, instead of failing
+    later with an unrelated error."""
+
+
+class RemoteCacheError(AutotuneError):
+    """A remote cache setting that cannot be used (URL, password source)."""
+
+
+class SpaceError(AutotuneError):
+    """A space that cannot be searched (no parameter, a bad constraint)."""
+
+
+class SearchError(AutotuneError):
+    """Search settings that cannot be used (budget, seeds)."""
+
+
+class TableError(AutotuneError):
+    """A recorded timing table that cannot be read or simulated."""
+
+
+class TableMiss(TableError):
+    """The search asked for a configuration the table does not hold."""
+
+
+class RegenerateError(ToolError):
+    """regenerate cannot go on: bazel failed, a dump is missing or bad."""
+
+
+class AutotuneCacheMissError(AutotuneError):
+    """Raised in require-complete mode; lists every miss seen so far.
+    notes: {miss key: why a tier could not answer}. stale: {miss key:
+    fingerprint of the loaded entry with the same kernel, signature and
+    device} (the kernel changed since it was tuned)."""
+
+    def __init__(self, misses, notes=None, stale=None):
+        self.misses = list(misses)
+        self.stale = dict(stale or {})
+        notes = notes or {}
+        lines = "\n".join(
+            f"  - {k.kernel} [{k.signature}] on {k.device}: "
+            + (f"stale: the kernel changed since it was tuned (cached "
+               f"fingerprint {self.stale[k]}, now {k.fingerprint})"
+               if k in self.stale else "missing")
+            + (f"; {notes[k]}" if k in notes else "")
+            for k in self.misses)
+        n_stale = sum(k in self.stale for k in self.misses)
+        super().__init__(
+            f"require_complete_autotune_results: {n_stale} fusion(s) stale, "
+            f"{len(self.misses) - n_stale} fusion(s) missing from the "
+            f"autotune cache:\n{lines}\n"
+            f"Regenerate the cache (`{REGENERATE_COMMAND}`) and commit it.")

@@ -12,15 +12,13 @@ import shlex
 
 from absl import flags as absl_flags
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneFlagsError
 
 ENV_VAR = "AUTOTUNE_FLAGS"
 BACKEND_NAMES = ("auto", "gpu", "interpreter")
 MISS_POLICIES = ("tune", "nearest", "seeded")
 
 
-class AutotuneFlagsError(AutotuneError):
-    """A flag that cannot be parsed or used."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,8 +209,9 @@ def resolve_path(path, env=None, flag="path"):
     return path
 
 
-def parse(text, env=None):
-    """Parses an AUTOTUNE_FLAGS value into Options, resolving path prefixes."""
+def parse(text, env=None, resolve=True):
+    """Parses an AUTOTUNE_FLAGS value into Options, resolving path prefixes
+    (unless resolve is False)."""
     values = absl_flags.FlagValues()
     _define(values)
     try:
@@ -240,7 +239,21 @@ def parse(text, env=None):
     options = Options(**{name: values[name].value for name in flag_names()})
     for name in LIST_FLAGS:
         setattr(options, name, split_list(getattr(options, name)))
-    return resolve_options(options, env)
+    return resolve_options(options, env) if resolve else options
+
+
+def import_time_choices(env=None):
+    """(backend, drop-in) as AUTOTUNE_FLAGS sets them, for the choices made
+    when the package is imported, before any kernel is decorated. The same
+    parser as the session's, so `--autotune_dropin=1`, `=true`, `=True` and
+    the bare flag agree; a value that does not parse gives the defaults
+    here, and the session reports it with its context."""
+    env = os.environ if env is None else env
+    try:
+        options = parse(env.get(ENV_VAR, ""), env, resolve=False)
+    except AutotuneFlagsError:
+        return "auto", False
+    return options.autotune_backend, bool(options.autotune_dropin)
 
 
 def split_list(value):

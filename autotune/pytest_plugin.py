@@ -27,15 +27,10 @@ import tempfile
 
 import pytest
 
-try:
-    from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_KEYS,
-                                 INI_REQUIRE, override_ini_names)
-except ImportError:
-    # Loaded through the entry point of an install made before the plugin
-    # moved to pytest_autotune: pytest_configure below says to reinstall.
-    _LOADER_MISSING = True
-else:
-    _LOADER_MISSING = False
+from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_KEYS, INI_REQUIRE,
+                             override_ini_names)
+
+from autotune.cache import merge
 
 BACKENDS = ("auto", "gpu", "interpreter")
 _TRUE = ("1", "true", "yes", "on")
@@ -233,49 +228,6 @@ def classify_miss(key, loaded_entries):
                        f"{key.kernel} on this device, not this one")
 
 
-def pick(first, second, incumbent=None):
-    """The rule of a single run for two results of one fusion: an incumbent
-    winner stays unless the other is faster by more than the measured
-    noise; otherwise the faster, ties to the smaller config."""
-    for keep, challenger in ((first, second), (second, first)):
-        if incumbent is not None and keep.best == incumbent.best:
-            noise = max(keep.provenance.timing_spread,
-                        challenger.provenance.timing_spread)
-            if challenger.run_time_us < keep.run_time_us * (1.0 - noise):
-                return challenger
-            return keep
-    return min((first, second),
-               key=lambda e: (e.run_time_us, e.best.sort_key))
-
-
-def merge_runs(runs, old_entries=()):
-    """runs: [(name, entries)] of one session's processes. One entry per
-    cache key; two runs with different winners for a key are resolved by
-    pick() (the old cache's entry is the incumbent) and reported."""
-    incumbents = {e.key: e for e in old_entries}
-    chosen, origin, conflicts = {}, {}, []
-    for name, entries in runs:
-        for entry in entries:
-            current = chosen.get(entry.key)
-            if current is None:
-                chosen[entry.key], origin[entry.key] = entry, name
-                continue
-            if current.best == entry.best:
-                continue
-            kept = pick(current, entry, incumbents.get(entry.key))
-            conflicts.append({
-                **_describe(entry.key),
-                "first": {"source": origin[entry.key],
-                          "best": current.best.short(),
-                          "run_time_us": current.run_time_us},
-                "second": {"source": name, "best": entry.best.short(),
-                           "run_time_us": entry.run_time_us},
-                "kept": kept.best.short()})
-            if kept is entry:
-                chosen[entry.key], origin[entry.key] = entry, name
-    return list(chosen.values()), conflicts
-
-
 class AutotunePlugin:
     """One per pytest process that uses a cache: on an xdist controller it
     only checks, merges and reports; elsewhere it runs the autotuning
@@ -319,12 +271,8 @@ class AutotunePlugin:
         backend."""
         import dataclasses
         from autotune import flags
-        from autotune.runtime import session as runtime_session
         s = self.settings
-        try:
-            env = flags.from_environment()
-        except flags.AutotuneFlagsError as e:
-            raise runtime_session.AutotuneError(str(e)) from None
+        env = flags.from_environment()
         options = {f.name: getattr(env, f.name)
                    for f in dataclasses.fields(env)}
         if s.backend != "auto":
@@ -360,10 +308,7 @@ class AutotunePlugin:
         if isinstance(values.get("load_autotune_results_from"), str):
             values["load_autotune_results_from"] = [
                 values["load_autotune_results_from"]]
-        try:
-            opts = flags.resolve_options(flags.Options(**values))
-        except flags.AutotuneFlagsError as e:
-            raise runtime_session.AutotuneError(str(e)) from None
+        opts = flags.resolve_options(flags.Options(**values))
         # The plugin writes the cache and the report itself; the runtime's
         # exit hook must not print or write for this session.
         opts.dump_autotune_results_to = None
@@ -566,7 +511,12 @@ class AutotunePlugin:
         return stats, misses, runs
 
     def _merge(self, runs):
-        return merge_runs(runs, self.old_entries or [])
+        """The workers' entries as one run: a fusion two workers tuned to
+        different winners is decided by the selection rule's margins, the
+        old cache's entry as the incumbent (cache/merge.py)."""
+        entries, conflicts = merge.merge(runs, "measured",
+                                         self.old_entries or [])
+        return entries, [c.as_dict() for c in conflicts]
 
     def _finish_update(self, session, exitstatus, runs):
         from autotune import codec
@@ -677,9 +627,9 @@ def bypassing_kernels(root):
     project's modules (those under `root`, installed packages left out),
     while the drop-in is not installed: they tune at every run, unseen by
     the cache. Names as module.attribute, sorted."""
-    from autotune.runtime import autotuner
-    cls = autotuner.triton_autotuner_class()
-    if cls is None or autotuner.installed():
+    from autotune.runtime import triton_patch
+    cls = triton_patch.triton_autotuner_class()
+    if cls is None or triton_patch.installed():
         return []
     root = os.path.join(os.path.realpath(root), "")
     found = set()
@@ -720,8 +670,7 @@ def _relative(path, config):
 def _install(sess):
     """Makes `sess` the process's current autotuning session."""
     from autotune.runtime import session as runtime_session
-    with runtime_session._SESSION_LOCK:
-        runtime_session._SESSION = sess
+    runtime_session.set_current(sess)
 
 
 class StatsView:
@@ -756,25 +705,3 @@ def stats_view(request):
     from autotune.runtime import session as runtime_session
     stats = runtime_session.session().stats
     return StatsView({n: getattr(stats, n) for n in STAT_FIELDS})
-
-
-def pytest_configure(config):
-    """Only reached when this module is loaded as a plugin itself: by
-    `-p autotune.pytest_plugin`, or by the entry point of an install made
-    before the plugin moved to the module pytest_autotune. It declares no
-    options, so it does nothing; a project that does not use autotuning
-    must not fail for it."""
-    manager = config.pluginmanager
-    if manager.has_plugin("pytest_autotune"):
-        return  # the plugin is loaded under its own name as well
-    how = ("installed, pytest loads it by itself; from a checkout, pass "
-           "`-p pytest_autotune`")
-    if manager.get_name(sys.modules[__name__]) == __name__:
-        raise pytest.UsageError(f"autotune: the plugin is the module "
-                                f"pytest_autotune ({how}), not {__name__}")
-    config.issue_config_time_warning(pytest.PytestConfigWarning(
-        f"rules_autotune: this environment's install of the package "
-        f"predates its pytest entry point pytest_autotune, so the autotune "
-        f"options are off; reinstall the package "
-        f"({'pytest_autotune cannot be imported; ' if _LOADER_MISSING else ''}"
-        f"{how})"), stacklevel=2)

@@ -20,7 +20,7 @@ def session_factory(tmp_path):
     def make(**options):
         return autotune.configure(**options)
     yield make
-    autotune.runtime.session._SESSION = None
+    autotune.runtime.session.set_current(None)
 
 
 # The remote cache tests share these: one real redis-server per test module

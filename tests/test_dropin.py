@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from autotune import codec
+from autotune.measure import backends
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = os.path.join(ROOT, "tests", "dropin_kernels")
@@ -152,7 +153,7 @@ def test_kernel_decorated_before_the_interpreter_was_selected(tmp_path):
     autotune: Triton compiled the kernel for a GPU. The launch says so and
     what to change, instead of Triton's "0 active drivers"."""
     import autotune
-    if autotune._gpu_driver_visible():
+    if backends.gpu_driver_visible():
         pytest.skip("a GPU driver is visible: the kernel is not interpreted "
                     "there, and that is right")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, KERNELS]))

@@ -13,7 +13,8 @@ import triton.language as tl
 
 import autotune
 from autotune import codec
-from autotune.runtime.autotuner import AutotuneWarning
+from autotune.errors import AutotuneWarning
+from autotune.runtime import triton_patch
 from autotune.records import Config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -259,7 +260,7 @@ def test_configure_starts_from_autotune_flags(session_factory, tmp_path,
 def test_install_routes_kernels_decorated_before_and_after(session_factory):
     sess = session_factory()
     before = triton.autotune(configs=TWO, key=["n"])(count_kernel)
-    assert not autotune.runtime.autotuner.installed()
+    assert not triton_patch.installed()
     autotune.install()
     try:
         after = triton.autotune(configs=TWO, key=["n"])(count_kernel)

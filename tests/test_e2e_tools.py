@@ -57,20 +57,26 @@ def test_a_conflict_names_both_targets_and_the_faster_wins():
         ("//:b_autotune_dump", [entry(2, block=128, time_us=7.0)], CPU)])
     assert len(merged.conflicts) == 1
     line = merged.conflicts[0]
-    assert "//:a_autotune_dump dumped BLOCK=64" in line
-    assert "//:b_autotune_dump dumped BLOCK=128" in line
+    assert "//:a_autotune_dump has BLOCK=64" in line
+    assert "//:b_autotune_dump has BLOCK=128" in line
     assert line.endswith("kept //:b_autotune_dump's")
     assert keys(merged.entries) == [(CPU, "n=2", 128)]
 
 
-def test_a_conflict_keeps_the_checked_in_config():
+def test_a_conflict_keeps_the_checked_in_config_inside_its_margin():
     old = [entry(2, block=64, time_us=9.5, stamp="2026-01-01T00:00:00Z")]
     merged = regenerate.merge_dumps(old, [
-        ("//:a_autotune_dump", [entry(2, block=128, time_us=7.0)], CPU),
+        ("//:a_autotune_dump", [entry(2, block=128, time_us=8.5)], CPU),
         ("//:b_autotune_dump", [entry(2, block=64, time_us=9.0)], CPU)])
     assert "kept //:b_autotune_dump's" in merged.conflicts[0]
     # Same key, same winner: the checked-in entry, not the new timing.
     assert merged.entries == old
+    # Faster by more than the incumbent margin (8 %): the challenger wins.
+    merged = regenerate.merge_dumps(old, [
+        ("//:a_autotune_dump", [entry(2, block=128, time_us=7.0)], CPU),
+        ("//:b_autotune_dump", [entry(2, block=64, time_us=9.0)], CPU)])
+    assert "kept //:a_autotune_dump's" in merged.conflicts[0]
+    assert keys(merged.entries) == [(CPU, "n=2", 128)]
 
 
 def test_unchanged_entries_stay_byte_identical(tmp_path):

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from autotune import flags
@@ -148,3 +150,23 @@ def test_prefix_without_bazel_environment():
     with pytest.raises(flags.AutotuneFlagsError, match="TEST_SRCDIR"):
         flags.parse("--load_autotune_results_from=TEST_WORKSPACE/c.pb",
                     env={})
+
+
+def _dropin_installed(value):
+    import subprocess
+    import sys
+    code = ("import autotune; from autotune.runtime import triton_patch; "
+            "print(triton_patch.installed())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, env={**os.environ, "AUTOTUNE_FLAGS": value},
+                         check=True).stdout.strip()
+    return out == "True"
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("--autotune_dropin", True), ("--autotune_dropin=1", True),
+    ("--autotune_dropin=true", True), ("--autotune_dropin=True", True),
+    ("--autotune_dropin=0", False), ("--autotune_dropin=false", False),
+    ("", False)])
+def test_the_drop_in_flag_reads_as_the_session_reads_it(value, expected):
+    assert _dropin_installed(value) is expected

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import autotune
+from autotune import flags as autotune_flags
 from autotune.measure import backends
 from autotune.measure import tuner
 from autotune.records import Config
@@ -173,18 +174,18 @@ def test_interpreter_flag_selects_the_interpreter_on_a_gpu_host(
         monkeypatch, flags):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("AUTOTUNE_FLAGS", flags)
-    monkeypatch.setattr(autotune, "_gpu_driver_visible", lambda: True)
+    monkeypatch.setattr(backends, "gpu_driver_visible", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    autotune._select_interpreter_early()
+    backends.select_interpreter_early(autotune_flags.import_time_choices()[0])
     assert os.environ["TRITON_INTERPRET"] == "1"
 
 
 def test_gpu_host_without_the_flag_keeps_the_gpu(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("AUTOTUNE_FLAGS", "--autotune_backend=auto")
-    monkeypatch.setattr(autotune, "_gpu_driver_visible", lambda: True)
+    monkeypatch.setattr(backends, "gpu_driver_visible", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    autotune._select_interpreter_early()
+    backends.select_interpreter_early(autotune_flags.import_time_choices()[0])
     assert "TRITON_INTERPRET" not in os.environ
 
 

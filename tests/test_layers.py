@@ -14,7 +14,8 @@ PACKAGE = ROOT / "autotune"
 # Foundation first. A module may import from its own layer (without a cycle)
 # and from the layers before it, except where ALLOWED narrows that.
 LAYERS = (
-    ("errors and logging", ("autotune.errors", "autotune.log")),
+    ("errors and logging", ("autotune.contract", "autotune.errors",
+                            "autotune.log")),
     ("records", ("autotune.records",)),
     ("keys and flags", ("autotune.keys", "autotune.flags")),
     ("codec", ("autotune.codec", "autotune.proto")),

@@ -6,6 +6,8 @@ import sys
 import pytest
 
 import autotune
+from autotune import flags
+from autotune.measure import backends
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,14 +45,14 @@ def test_gpu_driver_visibility(monkeypatch, devices, env, visible):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert autotune._gpu_driver_visible() is visible
+    assert backends.gpu_driver_visible() is visible
 
 
 def test_no_gpu_driver_selects_the_interpreter_without_torch(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.delenv("AUTOTUNE_FLAGS", raising=False)
-    monkeypatch.setattr(autotune, "_gpu_driver_visible", lambda: False)
-    autotune._select_interpreter_early()
+    monkeypatch.setattr(backends, "gpu_driver_visible", lambda: False)
+    backends.select_interpreter_early(flags.import_time_choices()[0])
     assert os.environ["TRITON_INTERPRET"] == "1"
 
 

@@ -12,9 +12,6 @@ import textwrap
 import pytest
 
 from autotune import codec
-from autotune import pytest_plugin
-from autotune.records import (CacheKey, Candidate, Config, Entry,
-                              Provenance)
 
 pytest_plugins = ["pytester"]
 
@@ -313,62 +310,6 @@ def test_failed_update_leaves_the_cache_untouched(project):
     assert result.returncode == 1
     assert f"{CACHE} left untouched (1 test(s) failed)" in result.output
     assert (project.path / CACHE).read_bytes() == before
-
-
-# -- conflicts between workers: the single-run rule ------------------------
-
-def _entry(block, run_time_us, spread=0.05):
-    key = CacheKey("cpu/test", "k", "00ff", "n=1")
-    config = Config({"BLOCK": block})
-    return Entry(key, config, run_time_us, [Candidate(config, run_time_us)],
-                 Provenance(timing_spread=spread))
-
-
-def test_conflict_keeps_the_faster_result():
-    slow, fast = _entry(16, 10.0), _entry(32, 8.0)
-    assert pytest_plugin.pick(slow, fast) is fast
-    assert pytest_plugin.pick(fast, slow) is fast
-    tie_small, tie_big = _entry(16, 8.0), _entry(32, 8.0)
-    assert pytest_plugin.pick(tie_big, tie_small) is tie_small
-
-
-def test_conflict_keeps_the_incumbent_inside_the_noise():
-    incumbent = _entry(16, 10.0)
-    same, challenger = _entry(16, 10.0), _entry(32, 9.7)  # 3% < 5% spread
-    assert pytest_plugin.pick(same, challenger, incumbent) is same
-    assert pytest_plugin.pick(challenger, same, incumbent) is same
-    much_faster = _entry(32, 5.0)
-    assert pytest_plugin.pick(same, much_faster, incumbent) is much_faster
-
-
-def test_workers_with_different_winners_are_merged_and_reported():
-    incumbent = _entry(16, 10.0)
-    worker_a, worker_b = _entry(16, 10.1), _entry(32, 9.9)  # inside noise
-    merged, conflicts = pytest_plugin.merge_runs(
-        [("gw0", [worker_a]), ("gw1", [worker_b])], [incumbent])
-    assert merged == [worker_a]
-    (c,) = conflicts
-    assert (c["first"]["source"], c["second"]["source"]) == ("gw0", "gw1")
-    assert c["kept"] == worker_a.best.short()
-    merged, conflicts = pytest_plugin.merge_runs(
-        [("gw0", [worker_a]), ("gw1", [worker_b])])  # no incumbent
-    assert merged == [worker_b] and len(conflicts) == 1
-    same = _entry(16, 11.0)
-    merged, conflicts = pytest_plugin.merge_runs(
-        [("gw0", [worker_a]), ("gw1", [same])])
-    assert merged == [worker_a] and conflicts == []
-
-
-# -- bad input: one line, nothing run, nothing written ---------------------
-
-TRIVIAL_TESTS = "def test_nothing():\n    pass\n"
-
-
-@pytest.fixture
-def bare(pytester):
-    """A project whose tests need neither torch nor Triton."""
-    write_project(pytester.path, kernels="", tests=TRIVIAL_TESTS)
-    return pytester
 
 
 def _error_line(result):

@@ -20,8 +20,11 @@
    - entries of the dumps' device that no dump produced any more (a kernel
      that changed, a shape no test uses) are removed;
    - two targets that dump different best configs for one fusion are a
-     conflict, printed with both target names; the config already checked
-     in wins, else the faster one.
+     conflict, printed with both target names and decided by the one merge
+     rule (autotune/cache/merge.py, policy "measured"): the config already
+     checked in stays unless the other is faster by the selection rule's
+     incumbent margin; with neither checked in, the smaller config stays
+     unless the other is faster by its margin.
    The file is written atomically, with the user's umask for a new file
    (an existing file keeps its mode); missing directories are created.
    While the dumps run, a cache that does not exist yet is an empty file,
@@ -44,22 +47,19 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from autotune.errors import RegenerateError  # noqa: E402
 from autotune import codec  # noqa: E402
 from autotune.codec import CacheFileError  # noqa: E402
+from autotune.cache import merge  # noqa: E402
 from autotune.cli import cache_tool  # noqa: E402
 
-DUMP_TAG = "autotune_dump"
-DUMP_SUFFIX = "_autotune_dump"  # gpu_autotuned_test NAME's dump target
-CACHE_TAG = "autotune_cache="
-DUMP_FILE = "autotune_cache.textproto"
-REPORT_FILE = "autotune_report.json"
-COMMAND = "bazel run @rules_autotune//tools:regenerate"
+from autotune.contract import (CACHE_TAG_PREFIX as CACHE_TAG,  # noqa: E402
+                               DUMP_FILE, DUMP_SUFFIX, DUMP_TAG,
+                               REGENERATE_COMMAND as COMMAND, REPORT_FILE)
 WORKSPACE_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel",
                      "REPO.bazel")
 
 
-class RegenerateError(Exception):
-    pass
 
 
 def find_workspace(start):
@@ -262,36 +262,16 @@ def merge_dumps(old_entries, dumps):
     dumps: [(target, entries, device or None)]. See the module docstring
     for the rules."""
     old = {e.key: e for e in old_entries}
-    chosen, origin, conflicts = {}, {}, []
     devices = set()
-    for target, entries, device in dumps:
+    for _, entries, device in dumps:
         if device:
             devices.add(device)
-        for entry in entries:
-            devices.add(entry.key.device)
-            current = chosen.get(entry.key)
-            if current is None:
-                chosen[entry.key], origin[entry.key] = entry, target
-                continue
-            if current.best == entry.best:
-                continue
-            incumbent = old.get(entry.key)
-            if incumbent is not None and incumbent.best == entry.best:
-                take = True
-            elif incumbent is not None and incumbent.best == current.best:
-                take = False
-            else:
-                take = (entry.run_time_us, entry.best.sort_key) < (
-                    current.run_time_us, current.best.sort_key)
-            winner = target if take else origin[entry.key]
-            conflicts.append(
-                f"conflict: {entry.key.kernel} [{entry.key.signature}] on "
-                f"{entry.key.device}: {origin[entry.key]} dumped "
-                f"{current.best.short()} ({current.run_time_us:.3f} us), "
-                f"{target} dumped {entry.best.short()} "
-                f"({entry.run_time_us:.3f} us); kept {winner}'s")
-            if take:
-                chosen[entry.key], origin[entry.key] = entry, target
+        devices.update(e.key.device for e in entries)
+    tuned, found = merge.merge([(target, entries)
+                                for target, entries, _ in dumps],
+                               "measured", old_entries)
+    chosen = {e.key: e for e in tuned}
+    conflicts = [c.line() for c in found]
     merged, removed = [], []
     for key, entry in old.items():
         if key in chosen:

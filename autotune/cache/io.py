@@ -36,7 +36,7 @@ def _read_sniffed(path, data, parse_all):
     try:
         entries = ReadEntries(codec.decode(data, as_name, parse_all=parse_all))
     except CacheFileError as e:
-        raise ToolError(f"{path}: {e.reason}")
+        raise CacheFileError(path, e.reason) from None
     entries.size = len(data)
     return entries
 
@@ -52,10 +52,7 @@ def read_cache(path, parse_all=False, warn=None):
         return read_remote(path, warn)
     if path == "-":
         entries = _read_sniffed(path, sys.stdin.buffer.read(), parse_all)
-        try:
-            codec.decode_heads(entries)
-        except CacheFileError as e:
-            raise ToolError(str(e))
+        codec.decode_heads(entries)
         return entries
     if not os.path.exists(path):
         raise ToolError(f"{path}: no such file or directory")
@@ -72,8 +69,6 @@ def read_cache(path, parse_all=False, warn=None):
         # input, reported before anything else happens.
         codec.decode_heads(entries)
         return entries
-    except CacheFileError as e:
-        raise ToolError(str(e))
     except OSError as e:
         raise ToolError(f"{path}: {e.strerror}")
 
@@ -97,8 +92,6 @@ def materialize(entries, path, everything=False):
             entry.best  # noqa: B018
             if codec.copyable_rest(entry) is None:
                 entry.candidates  # noqa: B018
-    except CacheFileError as e:
-        raise ToolError(str(e))
     except (ValueError, IndexError) as e:
         raise ToolError(f"{path}: {e}")
 
@@ -120,8 +113,6 @@ def write_cache(entries, path, inputs=()):
             _write_directory(entries, path)
         else:
             codec.dump_results(entries, path)
-    except CacheFileError as e:
-        raise ToolError(str(e))
     except OSError as e:
         raise ToolError(f"{path}: {e.strerror or e}")
 

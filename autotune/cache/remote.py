@@ -27,7 +27,7 @@ from autotune import log as logs
 from autotune import keys as keys
 from autotune.codec import binary
 from autotune.records import KEY_VERSION
-from autotune.errors import AutotuneError, CacheFileError
+from autotune.errors import CacheFileError, RemoteCacheError
 
 SCHEMES = ("redis", "rediss")
 MODES = ("update", "read")
@@ -40,8 +40,6 @@ MAX_CONSECUTIVE_FAILURES = 3
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-/]{1,64}$")
 
 
-class RemoteCacheError(AutotuneError):
-    """A remote cache setting that cannot be used (URL, password source)."""
 
 
 def redact(url):

@@ -12,15 +12,13 @@ import time
 from autotune import log as logs
 from autotune import keys as keys
 from autotune import codec
-from autotune.errors import CacheFileError
+from autotune.errors import CacheConflictError, CacheFileError
 
 log = logs.get("cache")
 
 MODES = ("update", "read")
 
 
-class CacheConflictError(Exception):
-    pass
 
 
 class PerFusionDirectory:

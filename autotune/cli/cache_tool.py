@@ -175,8 +175,9 @@ def tree_kernels(modules):
     this project's autotuners, and kernels decorated with Triton's own
     triton.autotune, which the drop-in tunes under the same name and
     fingerprint."""
-    from autotune.runtime.autotuner import (Autotuner, from_triton_autotuner,
-                                    triton_autotuner_class)
+    from autotune.runtime.autotuner import Autotuner
+    from autotune.runtime.triton_patch import (from_triton_autotuner,
+                                               triton_autotuner_class)
     root = workspace_import_root()
     if root and root not in sys.path:
         sys.path.append(root)
@@ -242,7 +243,7 @@ def cmd_verify(args):
                 findings += 1
                 print(f"{path}: {line}")
             materialize(entries, path, everything=True)
-        except ToolError as e:
+        except (ToolError, CacheFileError) as e:
             print(f"error: {e}")
             bad += 1
             continue

@@ -13,13 +13,11 @@ import os
 import statistics
 import time
 
-from autotune.errors import AutotuneError
+from autotune.errors import BackendError
 
 from autotune.flags import BACKEND_NAMES
 
 
-class BackendError(AutotuneError):
-    """A backend that cannot run here (the flag against the machine)."""
 
 
 class Timing:
@@ -264,6 +262,43 @@ class GpuBackend(Backend):
         setup_ms = self._bench_ms(setup)[1]
         return Timing([max(v - setup_ms, 0.0) * 1e3
                        for v in (low, median, high)])
+
+
+def gpu_driver_visible():
+    """Whether a GPU driver's device files exist and are not hidden by the
+    *_VISIBLE_DEVICES variables; a machine without them has no GPU for
+    Triton, and is known so without importing torch."""
+    hidden = ("", "-1")
+    nvidia = (os.path.exists("/dev/nvidiactl")
+              and os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip()
+              not in hidden)
+    amd = (os.path.exists("/dev/kfd")
+           and os.environ.get("HIP_VISIBLE_DEVICES", "0").strip()
+           not in hidden)
+    return nvidia or amd
+
+
+def select_interpreter_early(backend):
+    """Called by `import autotune`, before any kernel is decorated (Triton
+    decides then whether a kernel is interpreted): sets TRITON_INTERPRET=1
+    unless it is set already, the backend flag says gpu, or a GPU is
+    there; --autotune_backend=interpreter forces it."""
+    if os.environ.get("TRITON_INTERPRET") is not None:
+        return
+    if backend == "interpreter":
+        os.environ["TRITON_INTERPRET"] = "1"
+        return
+    if backend == "gpu":
+        return
+    if gpu_driver_visible():
+        # A driver is there; torch says whether it has a usable device.
+        try:
+            import torch
+            if torch.cuda.is_available():
+                return
+        except ImportError:
+            pass
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 def interpreter_selected():

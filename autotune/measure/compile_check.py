@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from autotune import keys
-from autotune.errors import AutotuneError
+from autotune.errors import CompileCheckError
 
 # Per compute capability: dynamic shared memory per block (the opt-in
 # maximum, which Triton requests), registers per block, threads per block.
@@ -49,8 +49,6 @@ _TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
                     "float8_e5m2": "fp8e5"}
 
 
-class CompileCheckError(AutotuneError):
-    """A config that does not compile for the target, or bad input."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,12 +18,10 @@ import time
 from typing import NamedTuple
 
 from autotune.measure import backends
-from autotune.errors import AutotuneError
+from autotune.errors import DeviceContextLostError, TuningError
 from autotune.records import DEFAULT_RULE, Candidate, Provenance, SelectionRule  # noqa: F401  (SelectionRule: re-exported)
 
 
-class TuningError(AutotuneError):
-    """No config of a fusion ran correctly, or tuning cannot go on."""
 
 
 def no_config_ran(candidates):
@@ -36,11 +34,6 @@ def no_config_ran(candidates):
                        f"failures: {kinds}); first: {first}")
 
 
-class DeviceContextLostError(TuningError):
-    """A candidate left the CUDA context unusable (an illegal address, a
-    device-side assert): CUDA cannot recover it inside the process, so the
-    run stops here, naming the kernel and the config, instead of failing
-    later with an unrelated error."""
 
 
 # Set once a candidate has corrupted the context: every later tuning in the

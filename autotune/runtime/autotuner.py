@@ -18,11 +18,11 @@ import hashlib
 import inspect
 import itertools
 import sys
-import threading
 import warnings
 
 from triton.runtime.jit import KernelInterface
 
+from autotune.errors import AutotuneArgumentError, AutotuneWarning
 from autotune.measure import backends
 from autotune import keys as keys_module
 from autotune.measure import tuner
@@ -32,13 +32,8 @@ from autotune.cache import neighbours as reuse
 from autotune.runtime import parallel, tuning
 
 
-class AutotuneArgumentError(AutotuneError, ValueError):
-    """A decorator argument or a call that Triton's autotuner would refuse
-    too (a ValueError there)."""
 
 
-class AutotuneWarning(UserWarning):
-    """Something about a tuned kernel the user should know, once."""
 
 
 SEARCHES = ("exhaustive", "evolutionary")
@@ -670,106 +665,5 @@ def tune(kernel, configs, key=(), **options):
     return Autotuner(kernel, configs=configs, key=key, **options)
 
 
-# -- the zero-edit path ----------------------------------------------------
-
-_INSTALLED = {}
-_INSTALL_LOCK = threading.Lock()
-
-
-def triton_autotuner_class():
-    """Triton's own Autotuner class, or None when nothing has imported
-    Triton's autotuner (then no kernel can be one; Triton is not imported
-    here for the question)."""
-    module = sys.modules.get("triton.runtime.autotuner")
-    return getattr(module, "Autotuner", None)
-
-
-def from_triton_autotuner(triton_autotuner):
-    """This project's autotuner for a kernel that triton.autotune already
-    decorated: the same configs, key, hooks and pruning."""
-    t = triton_autotuner
-    return Autotuner(
-        t.fn, t.arg_names, t.configs, getattr(t, "keys", ()),
-        getattr(t, "reset_to_zero", None), getattr(t, "restore_value", None),
-        pre_hook=t.pre_hook if getattr(t, "user_defined_pre_hook", False)
-        else None,
-        post_hook=t.post_hook if getattr(t, "user_defined_post_hook", False)
-        else None,
-        prune_configs_by={
-            "perf_model": getattr(t, "perf_model", None),
-            "top_k": getattr(t, "configs_top_k", 1.0),
-            "early_config_prune": getattr(t, "early_config_prune", None)},
-        # Triton folded warmup/rep/use_cuda_graph into _do_bench already.
-        do_bench=getattr(t, "_do_bench", None),
-        cache_results=getattr(t, "cache_results", False))
-
-
-def _delegate(triton_autotuner):
-    tuned = triton_autotuner.__dict__.get("_rules_autotune")
-    if tuned is None:
-        tuned = triton_autotuner.__dict__.setdefault(
-            "_rules_autotune", from_triton_autotuner(triton_autotuner))
-    return tuned
-
-
-def _triton_run(self, *args, **kwargs):
-    tuned = _delegate(self)
-    try:
-        return tuned.run(*args, **kwargs)
-    finally:
-        self.best_config = tuned.best_config
-
-
-def _triton_warmup(self, *args, **kwargs):
-    return _delegate(self).warmup(*args, **kwargs)
-
-
-def install():
-    """Makes triton.autotune build this project's Autotuner, and routes the
-    launches of kernels that Triton's autotune decorated before (imported
-    earlier, or through a name bound before) to one built from the same
-    arguments. Idempotent; undone by uninstall()."""
-    import triton
-    import triton.runtime
-    from triton.runtime import autotuner as triton_autotuner
-    with _INSTALL_LOCK:
-        if _INSTALLED:
-            return
-        original = triton_autotuner.autotune
-        cls = triton_autotuner.Autotuner
-        _INSTALLED.update(autotune=original, run=cls.__dict__["run"],
-                          warmup=cls.__dict__.get("warmup"))
-        for module in (triton, triton.runtime, triton_autotuner):
-            if getattr(module, "autotune", None) is original:
-                module.autotune = autotune
-        cls.run = _triton_run
-        cls.warmup = _triton_warmup
-
-
-def uninstall():
-    """Undoes install()."""
-    import triton
-    import triton.runtime
-    from triton.runtime import autotuner as triton_autotuner
-    with _INSTALL_LOCK:
-        if not _INSTALLED:
-            return
-        for module in (triton, triton.runtime, triton_autotuner):
-            if getattr(module, "autotune", None) is autotune:
-                module.autotune = _INSTALLED["autotune"]
-        cls = triton_autotuner.Autotuner
-        cls.run = _INSTALLED["run"]
-        if _INSTALLED["warmup"] is None:
-            del cls.warmup
-        else:
-            cls.warmup = _INSTALLED["warmup"]
-        _INSTALLED.clear()
-
-
-def installed():
-    return bool(_INSTALLED)
-
-
 __all__ = ["Autotuner", "AutotuneArgumentError", "AutotuneWarning",
-           "autotune", "from_triton_autotuner", "install", "installed",
-           "triton_autotuner_class", "tune", "uninstall"]
+           "autotune", "tune"]

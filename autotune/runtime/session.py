@@ -20,37 +20,12 @@ from autotune.measure import backends
 from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.cache import neighbours as reuse
-from autotune.errors import AutotuneError, CacheFileError
+from autotune.contract import REGENERATE_COMMAND, REPORT_FILE
+from autotune.errors import (AutotuneCacheMissError, AutotuneError, CacheFileError)
 
 log = logs.get("runtime")
 
 
-REGENERATE = "bazel run @rules_autotune//tools:regenerate"
-
-
-class AutotuneCacheMissError(AutotuneError):
-    """Raised in require-complete mode; lists every miss seen so far.
-    notes: {miss key: why a tier could not answer}. stale: {miss key:
-    fingerprint of the loaded entry with the same kernel, signature and
-    device} (the kernel changed since it was tuned)."""
-
-    def __init__(self, misses, notes=None, stale=None):
-        self.misses = list(misses)
-        self.stale = dict(stale or {})
-        notes = notes or {}
-        lines = "\n".join(
-            f"  - {k.kernel} [{k.signature}] on {k.device}: "
-            + (f"stale: the kernel changed since it was tuned (cached "
-               f"fingerprint {self.stale[k]}, now {k.fingerprint})"
-               if k in self.stale else "missing")
-            + (f"; {notes[k]}" if k in notes else "")
-            for k in self.misses)
-        n_stale = sum(k in self.stale for k in self.misses)
-        super().__init__(
-            f"require_complete_autotune_results: {n_stale} fusion(s) stale, "
-            f"{len(self.misses) - n_stale} fusion(s) missing from the "
-            f"autotune cache:\n{lines}\n"
-            f"Regenerate the cache (`{REGENERATE}`) and commit it.")
 
 
 def _workspace_relative(path):
@@ -166,7 +141,7 @@ class Session:
                 f"{int(os.environ.get('TEST_SHARD_INDEX', '0')) + 1} of "
                 f"{total}: each shard would see only part of the fusions. "
                 f"Run `bazel test {target} --test_sharding_strategy=disabled`"
-                f", or `{REGENERATE}`, which does.")
+                f", or `{REGENERATE_COMMAND}`, which does.")
 
     def _warn_remote_options_without_url(self):
         """Remote options with no URL do nothing: say so once (an empty
@@ -195,7 +170,7 @@ class Session:
         if not os.path.exists(path):
             raise AutotuneError(
                 f"autotune cache {_workspace_relative(path)} does not exist "
-                f"yet: create it with `{REGENERATE}`, then commit it")
+                f"yet: create it with `{REGENERATE_COMMAND}`, then commit it")
         try:
             loaded = self.cache.load_file(path)
         except (CacheFileError, CacheConflictError) as e:
@@ -406,7 +381,7 @@ class Session:
             if not report_path and os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR"):
                 report_path = os.path.join(
                     os.environ["TEST_UNDECLARED_OUTPUTS_DIR"],
-                    "autotune_report.json")
+                    REPORT_FILE)
             if report_path:
                 codec.atomic_write(report_path, json.dumps(
                     self.report(), indent=2, sort_keys=True).encode() + b"\n")
@@ -436,12 +411,18 @@ def session():
     if _SESSION is None:
         with _SESSION_LOCK:
             if _SESSION is None:
-                try:
-                    options = flags.from_environment()
-                except flags.AutotuneFlagsError as e:
-                    raise AutotuneError(str(e)) from None
+                options = flags.from_environment()
                 _SESSION = Session(options)
     return _SESSION
+
+
+def set_current(new_session):
+    """Makes `new_session` (or None) the process's current session, without
+    finishing the one it replaces (the pytest plugin runs one session per
+    test scope and finishes them itself)."""
+    global _SESSION
+    with _SESSION_LOCK:
+        _SESSION = new_session
 
 
 def configure(backend=None, **options):
@@ -461,12 +442,9 @@ def configure(backend=None, **options):
             options[name] = flags.split_list(value)
         elif value is not None:
             options[name] = [os.fspath(p) for p in value]
-    try:
-        opts = dataclasses.replace(flags.from_environment(), **options)
-        flags.check_values(opts)
-        opts = flags.resolve_options(opts)
-    except flags.AutotuneFlagsError as e:
-        raise AutotuneError(str(e)) from None
+    opts = dataclasses.replace(flags.from_environment(), **options)
+    flags.check_values(opts)
+    opts = flags.resolve_options(opts)
     with _SESSION_LOCK:
         if _SESSION is not None:
             _SESSION.finish()

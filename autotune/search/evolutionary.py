@@ -39,12 +39,10 @@ import time
 
 import numpy as np
 
-from autotune.errors import AutotuneError
+from autotune.errors import SearchError
 from autotune.search.space import SpaceError
 
 
-class SearchError(AutotuneError):
-    pass
 
 
 class Measurement:
@@ -223,7 +221,7 @@ class EvolutionarySearch:
         try:
             valid = space.configs()
         except SpaceError as e:
-            raise SearchError(str(e))
+            raise SearchError(str(e)) from e
         self.valid = {self.enc.encode(c): c for c in valid}
         self.valid_list = list(self.valid)
         self.seeds = []

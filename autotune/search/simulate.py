@@ -12,6 +12,7 @@ import math
 import os
 import random
 
+from autotune.errors import TableError, TableMiss
 from autotune.records import Config
 from autotune.search.space import Space, SpaceError
 
@@ -20,12 +21,8 @@ FAILURE_STRINGS = {"RuntimeFailedConfig": "RUNTIME_ERROR",
                    "InvalidConfig": "COMPILE_ERROR"}
 
 
-class TableError(Exception):
-    pass
 
 
-class TableMiss(TableError):
-    """The search asked for a configuration the table does not hold."""
 
 
 def _read_json(path):

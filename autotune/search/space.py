@@ -10,12 +10,10 @@ and num_stages included) or a callable taking a dict of them.
 import ast
 import itertools
 
-from autotune.errors import AutotuneError
+from autotune.errors import SpaceError
 from autotune.records import Config
 
 
-class SpaceError(AutotuneError):
-    """A space that cannot be searched (no parameter, a bad constraint)."""
 
 
 _CONSTRAINT_FUNCTIONS = {"min": min, "max": max, "abs": abs}
