@@ -9,7 +9,6 @@ of its names, so that the cache tools, which only read and write files,
 start in a fraction of a second.
 """
 import importlib as _importlib
-import os as _os
 
 from autotune import flags as _flags
 from autotune.measure import backends as _backends

@@ -169,7 +169,8 @@ def test_matmul_precision_follows_torch():
 # -- backend selection -------------------------------------------------------
 
 @pytest.mark.parametrize("flags", ["--autotune_backend=interpreter",
-                                   "--autotune_backend interpreter"])
+                                   "--autotune_cache_mode=read "
+                                   "--autotune_backend=interpreter"])
 def test_interpreter_flag_selects_the_interpreter_on_a_gpu_host(
         monkeypatch, flags):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
