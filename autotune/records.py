@@ -6,7 +6,7 @@ Conversion to and from the schema lives in autotune.codec.
 """
 import json
 import re
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 # Bumped when the meaning of a cache key changes (what goes into the
 # signature or the fingerprint), so old entries miss instead of misleading.
@@ -344,14 +344,6 @@ class Entry:
     def __repr__(self):
         return (f"Entry({self.key.describe()}: {self.best.short()}, "
                 f"{self.run_time_us:.3f} us)")
-
-
-def best_of(candidates: "list[Candidate]") -> Optional[Candidate]:
-    """Fastest correct candidate; ties go to the smallest config."""
-    ok = [c for c in candidates if c.ok]
-    if not ok:
-        return None
-    return min(ok, key=lambda c: (c.run_time_us, c.config.sort_key))
 
 
 class SelectionRule(NamedTuple):

@@ -21,7 +21,7 @@ import autotune  # noqa: E402
 from autotune import codec  # noqa: E402
 from autotune.cache.tiers import PerFusionDirectory  # noqa: E402
 from autotune.records import (CacheKey, Candidate, Config, Entry,  # noqa: E402
-                              Provenance, best_of)
+                              Provenance)
 
 
 def matmul_entries(n, seed=0):
@@ -39,7 +39,8 @@ def matmul_entries(n, seed=0):
         cands = [Candidate(c, round(rng.uniform(5, 400), 3)) for c in picks[:6]]
         cands.append(Candidate(picks[6], 0.0, "OUT_OF_RESOURCES",
                                "out of resource: shared memory"))
-        best = best_of(cands)
+        best = min((c for c in cands if c.ok),
+                   key=lambda c: (c.run_time_us, c.config.sort_key))
         m, k = 64 * (1 + i % 512), 64 * (1 + i // 512)
         out.append(Entry(
             CacheKey(device, "matmul_bias_act_kernel", "3f9a6c0de1b2a4f7",

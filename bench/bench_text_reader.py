@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 from autotune import codec  # noqa: E402
 from autotune.records import (CacheKey, Candidate, Config, Entry,  # noqa: E402
-                              Provenance, best_of)
+                              Provenance)
 from bench_runtime import machine_speed  # noqa: E402
 
 KINDS = ("plain", "string param", "quote+backslash param",
@@ -45,7 +45,8 @@ def make_entries(kind, count):
                       for b in (32, 64, 128) for w in (4, 8)]
         candidates.append(Candidate(Config(dict(params, BLOCK=256)), 0.0,
                                     "OUT_OF_RESOURCES", detail))
-        best = best_of(candidates)
+        best = min((c for c in candidates if c.ok),
+                   key=lambda c: (c.run_time_us, c.config.sort_key))
         out.append(Entry(
             CacheKey(device, "matmul", "0123456789abcdef", signature),
             best.config, best.run_time_us, candidates,

@@ -8,8 +8,7 @@ from google.protobuf import text_format
 from autotune import codec
 from autotune.codec import text as text_codec
 from autotune.proto import autotune_results_pb2 as pb
-from autotune.records import (CacheKey, Candidate, Config, Entry, Provenance,
-                              best_of)
+from autotune.records import (CacheKey, Candidate, Config, Entry, Provenance)
 from autotune.errors import CacheFileError
 
 CONFIGS = [Config({"BLOCK_M": m, "BLOCK_N": n, "EVEN_K": m == n}, num_warps=w,
@@ -25,7 +24,8 @@ def make_entries(n, seed=0, device="NVIDIA H200/sm_90/sms=132/triton-3.9.0"):
                  for c in rng.sample(CONFIGS, 4)]
         cands.append(Candidate(CONFIGS[0], 0.0, "OUT_OF_RESOURCES",
                                'shared memory "128 KB" > limit\\n'))
-        best = best_of(cands)
+        best = min((c for c in cands if c.ok),
+                   key=lambda c: (c.run_time_us, c.config.sort_key))
         out.append(Entry(
             CacheKey(device, "matmul", "0123456789abcdef",
                      f"M={64 * (i + 1)},N=128;dtypes=a:float16"),

@@ -69,13 +69,6 @@ def test_reference_function_rejects_a_wrong_first_candidate(session_factory):
     assert entry.best != tk.WRONG
 
 
-def test_ties_break_deterministically():
-    from autotune.records import Candidate, best_of
-    a, b = Config({"B": 32}), Config({"B": 16})
-    assert best_of([Candidate(a, 5.0), Candidate(b, 5.0)]).config == b
-    assert best_of([Candidate(b, 5.0), Candidate(a, 5.0)]).config == b
-
-
 def test_require_complete_lists_every_miss(session_factory):
     session_factory(require_complete_autotune_results=True)
     tuned = tk.make_tuner()

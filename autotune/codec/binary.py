@@ -120,8 +120,6 @@ def _describe(msg):
     return f"entry for kernel {msg.kernel} [{msg.signature}]: "
 
 
-_BEST_FIELD = operator.attrgetter("best")
-_RUN_TIME_FIELD = operator.attrgetter("run_time_us")
 
 
 def is_message_backed(entry):
