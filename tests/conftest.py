@@ -39,3 +39,55 @@ def redis_db(server):
     client.flushall()
     yield client
     client.close()
+
+
+# -- markers: `python3 -m pytest -m "not slow" tests` is the fast set ------
+#
+# bazel: runs a real `bazel test` (minutes); redis: starts a real
+# redis-server (through the `server` fixture); slow: more than a few
+# seconds here (every bazel test, every pytester project, real processes
+# racing). CI runs everything. A new test that takes long is marked in its
+# file with @pytest.mark.slow; the lists below mark what measured slow.
+BAZEL_MODULES = {"test_bazel_integration.py", "test_e2e_smoke.py"}
+SLOW_MODULES = BAZEL_MODULES | {
+    "test_pytest_plugin.py", "test_stable_suite.py", "test_concurrency.py",
+    "test_compile_check.py", "test_dropin.py"}
+SLOW_TESTS = {
+    "test_remote_cache.py": ("test_eight_processes_agree_on_one_config_per_key",
+                             "test_two_processes_with_separate_directories",
+                             "test_runtime_imports_redis_only_when_the_flag",
+                             "test_tls_server", "test_server_stopped_mid_run",
+                             "test_read_mode_writes_nothing",
+                             "test_wrong_password"),
+    "test_search.py": ("test_categorical_two_basins", "test_parallel_",
+                       "test_returned_config_is_a_local_optimum",
+                       "test_seeds_from_a_poor_basin", "test_search_on_recorded",
+                       "test_isolated_optimum"),
+    "test_gpu_path.py": ("test_gpu_workers_are_pinned",),
+    "test_stable_runtime.py": ("test_failed_process_does_not_shrink",),
+    "test_results_io.py": ("test_fast_text_reader_agrees_with_text_format",),
+    "test_cache_tool.py": ("test_verify_knows_kernels_written_for_triton",
+                           "test_every_subcommand_rejects_bad_input"),
+    "test_hardening.py": ("test_failed_dump_at_exit_runs_every_other",),
+    "test_package.py": ("test_wheel_",),
+}
+
+
+def pytest_configure(config):
+    for name, text in (("slow", "takes more than a few seconds"),
+                       ("bazel", "runs a real bazel test"),
+                       ("redis", "starts a real redis-server")):
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.path.name
+        if module in BAZEL_MODULES:
+            item.add_marker(pytest.mark.bazel)
+        if module in SLOW_MODULES or any(
+                item.name.startswith(prefix)
+                for prefix in SLOW_TESTS.get(module, ())):
+            item.add_marker(pytest.mark.slow)
+        if {"server", "redis_db"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.redis)
