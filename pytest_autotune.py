@@ -28,8 +28,15 @@ _OPTIONS = (
      f"results file the session loads (overrides the {INI_CACHE} ini key; "
      "relative to the current directory)"),
     ("--autotune-update", _SWITCH,
-     "tune every fusion the selected tests meet and rewrite the cache at "
-     "the end, keeping the entries of fusions not run"),
+     "tune the fusions the selected tests meet that are missing or stale "
+     "in the cache (hits are kept as they are, not measured) and rewrite "
+     "the cache at the end, keeping the entries of fusions not run"),
+    # Its own option string, not a value of --autotune-update: argparse
+    # matches a whole argument first, and an optional value would swallow
+    # a test path given after the switch (`--autotune-update tests/`).
+    ("--autotune-update=all", dict(_SWITCH, dest="autotune_update_all"),
+     "like --autotune-update, but re-measure every fusion, the cached "
+     "configs kept unless beaten (a new GPU, driver or Triton version)"),
     ("--autotune-prune-unused", _SWITCH,
      "with --autotune-update on a full run: drop entries no test used"),
     # None, not False: unset lets the ini key decide.
@@ -40,7 +47,8 @@ _OPTIONS = (
      "write the session's autotune report (JSON) to PATH"),
 )
 # Their destinations on config.option.
-OPTIONS = tuple(flag[2:].replace("-", "_") for flag, _, _ in _OPTIONS)
+OPTIONS = tuple(keywords.get("dest", flag[2:].replace("-", "_"))
+                for flag, keywords, _ in _OPTIONS)
 
 
 def pytest_addoption(parser):

@@ -15,6 +15,9 @@ from absl import flags as absl_flags
 from autotune.errors import AutotuneFlagsError
 
 ENV_VAR = "AUTOTUNE_FLAGS"
+# Sets --autotune_retune from outside a target's AUTOTUNE_FLAGS (which its
+# env attribute fixes): `bazel test --test_env=AUTOTUNE_RETUNE=1`.
+RETUNE_ENV_VAR = "AUTOTUNE_RETUNE"
 BACKEND_NAMES = ("auto", "gpu", "interpreter")
 MISS_POLICIES = ("tune", "nearest", "seeded")
 
@@ -122,6 +125,14 @@ FLAGS = (
         "fusion being tuned keeps its incumbent's config unless a challenger "
         "is faster by more than the measured noise. Files that do not exist "
         "are ignored; may be repeated.", path=True),
+    FlagSpec(
+        "autotune_retune", "bool", False,
+        "With --autotune_incumbents_from: re-measure every fusion, the "
+        "incumbents' configs kept unless beaten (a new GPU, driver or "
+        "Triton). Default: an incumbent whose key matches is used as it is, "
+        "without measuring, and only missing or stale fusions are tuned. "
+        "AUTOTUNE_RETUNE=1 in the environment sets it too (`regenerate "
+        "--retune` passes it to the dump targets)."),
     FlagSpec(
         "autotune_workers", "integer", 1,
         "On a miss, measure candidates in this many worker processes (one "
@@ -307,4 +318,11 @@ def check_values(options):
 
 def from_environment(env=None):
     env = os.environ if env is None else env
-    return parse(env.get(ENV_VAR, ""), env)
+    options = parse(env.get(ENV_VAR, ""), env)
+    retune = env.get(RETUNE_ENV_VAR, "").strip().lower()
+    if retune in ("1", "true", "yes", "on"):
+        options.autotune_retune = True
+    elif retune not in ("", "0", "false", "no", "off"):
+        raise AutotuneFlagsError(
+            f"{RETUNE_ENV_VAR}={env[RETUNE_ENV_VAR]!r}: expected 1 or 0")
+    return options

@@ -1,17 +1,27 @@
 """Cache keys: device key, kernel fingerprint and fusion signature.
 
 A cache key is (device key, kernel fingerprint, fusion signature, key
-version). The fingerprint hashes the kernel's source and the source of every
+version). The fingerprint hashes the syntax tree of the kernel and of every
 @triton.jit function it calls, so editing a kernel or a helper makes its old
-entries miss instead of reusing a config tuned for other code.
+entries miss instead of reusing a config tuned for other code, while
+comments, docstrings, blank lines and formatting (a formatter run) do not.
 """
+import ast
 import hashlib
 import inspect
+import textwrap
 import types
 
 from autotune.records import KEY_VERSION, CacheKey
 
 _FINGERPRINTS = {}
+
+# Hashed first: fingerprints of different schemes never collide, so an entry
+# keyed by an older scheme is a miss (and `autotune_cache rekey` moves it),
+# never a hit for other code. The key version (records.KEY_VERSION) is not
+# bumped for a new scheme: the key's fields and their meaning are the same,
+# and a bump would make every entry unusable instead of re-keyable.
+FINGERPRINT_SCHEME = b"ast-v2"
 
 
 def python_function(kernel):
@@ -26,7 +36,7 @@ def _is_jit(obj):
         hasattr(obj, "arg_names") or hasattr(obj, "src"))
 
 
-def _source(fn):
+def _source_text(fn):
     """The function's source from `def` on: decorators (the autotune config
     list among them) are not the kernel's code."""
     try:
@@ -53,8 +63,52 @@ def _referenced_names(code):
     return names
 
 
+class _DropDocstrings(ast.NodeTransformer):
+    """Removes statements that are a bare string (docstrings, and strings
+    used as comments): evaluating them has no effect."""
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if isinstance(body, list):
+                setattr(node, field, [
+                    stmt for stmt in body
+                    if not (isinstance(stmt, ast.Expr)
+                            and isinstance(stmt.value, ast.Constant)
+                            and isinstance(stmt.value.value, str))])
+        return node
+
+
+def _syntax_tree(fn):
+    """The function's syntax tree without decorators and docstrings, as
+    text without positions: the same for any formatting or comments, and
+    different for any change to names, constants, operators, defaults
+    (constexpr defaults among them) or the calls made."""
+    try:
+        text = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        text = getattr(fn, "src", None)
+        if text is None:
+            return _source_text(fn)  # the bytecode: no source to parse
+        text = textwrap.dedent(text)
+    try:
+        module = ast.parse(text)
+    except SyntaxError:
+        return _source_text(fn)
+    defs = [node for node in module.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not defs:
+        return _source_text(fn)
+    tree = defs[0]
+    tree.decorator_list = []
+    tree = _DropDocstrings().visit(tree)
+    return ast.dump(tree, annotate_fields=True, include_attributes=False)
+
+
 def kernel_fingerprint(kernel):
-    """16-hex-digit hash of the kernel and the jit functions it calls.
+    """16-hex-digit hash of the kernel and the jit functions it calls, from
+    their syntax trees (FINGERPRINT_SCHEME).
 
     Globals the kernel reads that are plain constants (ints, floats, strings,
     tl.constexpr values) are hashed too: they are baked into the code. The
@@ -64,6 +118,20 @@ def kernel_fingerprint(kernel):
     cached = _FINGERPRINTS.get(id(kernel))
     if cached is not None and cached[0] is kernel:
         return cached[1]
+    fingerprint = _fingerprint(kernel, _syntax_tree, FINGERPRINT_SCHEME)
+    _FINGERPRINTS[id(kernel)] = (kernel, fingerprint)
+    return fingerprint
+
+
+def source_text_fingerprint(kernel):
+    """The previous scheme: the same hash over the functions' source text,
+    so comments and formatting counted. Kept for `autotune_cache rekey`,
+    which moves entries keyed by it to kernel_fingerprint when the source
+    is the one they were tuned for."""
+    return _fingerprint(kernel, _source_text, None)
+
+
+def _fingerprint(kernel, code_of, scheme):
     parts = []
     seen = set()
     stack = [kernel]
@@ -75,7 +143,7 @@ def kernel_fingerprint(kernel):
             continue
         seen.add(where)
         name = fn.__qualname__
-        parts.append((name, _source(fn)))
+        parts.append((name, code_of(fn)))
         env = getattr(fn, "__globals__", {})
         for ref in sorted(_referenced_names(fn.__code__)):
             value = env.get(ref)
@@ -89,14 +157,14 @@ def kernel_fingerprint(kernel):
                 parts.append((f"{name}:{ref}", repr(getattr(value, "value",
                                                             value))))
     digest = hashlib.sha256()
+    if scheme is not None:
+        digest.update(scheme + b"\0")
     for name, text in sorted(parts):
         digest.update(name.encode())
         digest.update(b"\0")
         digest.update(text.encode())
         digest.update(b"\0")
-    fingerprint = digest.hexdigest()[:16]
-    _FINGERPRINTS[id(kernel)] = (kernel, fingerprint)
-    return fingerprint
+    return digest.hexdigest()[:16]
 
 
 def _dtype_name(dtype):

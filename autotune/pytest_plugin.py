@@ -6,8 +6,10 @@ macros, for projects that test their Triton kernels with plain pytest.
     autotune_cache = "testdata/kernels.textproto"
 
     pytest                      # load the checked-in cache (no tuning)
-    pytest --autotune-update    # tune what the selected tests meet and
-                                # rewrite the cache, keeping other entries
+    pytest --autotune-update    # tune what the selected tests meet that is
+                                # missing or stale, rewrite the cache,
+                                # keeping other entries
+    pytest --autotune-update=all  # re-measure every fusion they meet
 
 Installed, pytest loads its entry point, the top-level module
 pytest_autotune, by itself (`-p no:pytest_autotune` turns it off); from a
@@ -62,9 +64,10 @@ class Settings:
     """What the command line and the ini file ask for, checked."""
 
     def __init__(self, cache, update, prune, require_complete, report,
-                 backend):
+                 backend, retune=False):
         self.cache = cache
         self.update = update
+        self.retune = retune  # --autotune-update=all: re-measure every fusion
         self.prune = prune
         self.require_complete = require_complete
         self.report = report
@@ -74,6 +77,10 @@ class Settings:
     def from_config(cls, config):
         _check_ini_keys(config)
         opt = config.option
+        if getattr(opt, "autotune_update_all", False):
+            # An update too, for conftests that ask
+            # config.getoption("--autotune-update").
+            opt.autotune_update = True
         ini_dir = str(config.inipath.parent) if config.inipath \
             else str(config.rootpath)
         cache = opt.autotune_cache
@@ -112,7 +119,9 @@ class Settings:
             raise _usage("--autotune-prune-unused only works with "
                          "--autotune-update")
         settings = cls(cache, opt.autotune_update, opt.autotune_prune_unused,
-                       require and not opt.autotune_update, report, backend)
+                       require and not opt.autotune_update, report, backend,
+                       retune=bool(getattr(opt, "autotune_update_all",
+                                           False)))
         settings.shown = shown
         if not hasattr(config, "workerinput"):
             settings.check_paths()
@@ -126,9 +135,15 @@ class Settings:
                              "--autotune-update` to create it")
             return
         directory = os.path.dirname(self.cache) or "."
+        if not os.path.isdir(directory) and not os.path.lexists(directory):
+            try:  # a first update creates the cache's directory
+                os.makedirs(directory)
+            except OSError as e:
+                raise _usage(f"--autotune-update: cannot create the "
+                             f"directory of {self.shown}: {e.strerror or e}")
         if not os.path.isdir(directory):
             raise _usage(f"--autotune-update: cannot write {self.shown}: "
-                         f"directory {directory} does not exist")
+                         f"{directory} is not a directory")
         if os.path.isdir(self.cache):
             raise _usage(f"--autotune-update: {self.shown} is a directory, "
                          "not a results file")
@@ -278,11 +293,13 @@ class AutotunePlugin:
         if s.backend != "auto":
             options["autotune_backend"] = s.backend
         if s.update:
-            # Everything the selected tests meet is tuned afresh.
+            # The cache is the incumbents file: its hits are used as they
+            # are and only misses tune, or, with --autotune-update=all,
+            # every fusion is re-measured with its config as incumbent.
             options["load_autotune_results_from"] = []
             options["require_complete_autotune_results"] = False
-            if "autotune_incumbents_from" in options:
-                options["autotune_incumbents_from"] = [s.cache]
+            options["autotune_incumbents_from"] = [s.cache]
+            options["autotune_retune"] = s.retune
             shared = getattr(self.config, "workerinput", {}).get(
                 SHARED_DIR_KEY)
             if shared and not options["per_fusion_autotune_cache_dir"]:
@@ -344,7 +361,8 @@ class AutotunePlugin:
 
     def pytest_report_header(self, config):
         s = self.settings
-        mode = "update" if s.update else (
+        mode = ("update, every fusion re-measured" if s.retune else
+                "update, missing and stale fusions") if s.update else (
             "load, require complete" if s.require_complete else "load")
         return f"autotune: {mode} {_relative(s.cache, config)}"
 
@@ -453,6 +471,7 @@ class AutotunePlugin:
             return
         stats, misses, runs = self._gather()
         self.result = {"mode": "update" if self.settings.update else "load",
+                       "retune": self.settings.retune,
                        "cache": self.settings.cache, **stats,
                        "missing": [m for m in misses
                                    if m["status"] == "missing"],
@@ -581,11 +600,15 @@ class AutotunePlugin:
             f"{r['misses']} missed; {r['candidate_benchmarks']} candidate "
             f"benchmarks, {r['tuning_seconds']:.2f} s tuning, "
             f"{r['saved_seconds']:.2f} s saved "
-            f"({r['mode']} {_relative(r['cache'], self.config)})")
+            f"({r['mode'] + ('=all' if r.get('retune') else '')} "
+            f"{_relative(r['cache'], self.config)})")
+        # In load mode each line says how to fix it; an update fixes them.
+        fix = "" if r["mode"] == "update" else \
+            "; fix: `pytest --autotune-update`, then commit the cache"
         for miss in r["missing"] + r["stale"]:
             tr.write_line(f"  {miss['status']}: {miss['kernel']} "
                           f"[{miss['signature']}] on {miss['device']}: "
-                          f"{miss['reason']}")
+                          f"{miss['reason']}{fix}")
         if r["bypassing"]:
             tr.write_line(
                 f"autotune: {len(r['bypassing'])} kernel(s) decorated with "
@@ -677,8 +700,9 @@ class StatsView:
     """The statistics of the autotuning session a test runs in: attributes
     are session totals; since_test_start() gives what this test added."""
 
-    def __init__(self, start=None):
+    def __init__(self, start=None, values=None):
         self._start = start
+        self._values = values  # a snapshot: fixed numbers, not live ones
 
     def _session(self):
         from autotune.runtime import session as runtime_session
@@ -686,15 +710,30 @@ class StatsView:
 
     def __getattr__(self, name):
         if name in STAT_FIELDS:
+            if self._values is not None:
+                return self._values[name]
             return getattr(self._session().stats, name)
         raise AttributeError(name)
+
+    def __getitem__(self, name):
+        # Item access as well: since_test_start() used to return a dict.
+        if name not in STAT_FIELDS:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __repr__(self):
+        return "StatsView(" + ", ".join(
+            f"{n}={getattr(self, n)!r}" for n in STAT_FIELDS) + ")"
 
     def as_dict(self):
         return {n: getattr(self, n) for n in STAT_FIELDS}
 
     def since_test_start(self):
+        """What this test added, as the same kind of object (attributes;
+        as_dict() for a dict)."""
         before = self._start or dict.fromkeys(STAT_FIELDS, 0)
-        return {n: getattr(self, n) - before[n] for n in STAT_FIELDS}
+        return StatsView(values={n: getattr(self, n) - before[n]
+                                 for n in STAT_FIELDS})
 
 
 def stats_view(request):

@@ -270,16 +270,24 @@ def test_flags_from_env_and_macro_are_combined(workspace):
 
 
 def test_regenerate_on_an_unchanged_tree_changes_nothing(workspace):
-    """The checked-in caches are incumbents of the dump targets: two
-    regenerates in a row leave every cache byte-identical, on the
+    """The checked-in caches are incumbents of the dump targets: a
+    --retune that re-measures every fusion, then an incremental regenerate
+    that measures none, leave every cache byte-identical, on the
     interpreter too, where timings vary by tens of percent."""
     # The second names the load target, as a user would: it stands for its
     # dump target.
-    for attempt, pattern in ((1, "//examples/..."),
-                             (2, "//examples:fused_kernels_test")):
-        result = regenerate(workspace, pattern)
+    for attempt, args in ((1, ["--retune", "//examples/..."]),
+                          (2, ["//examples:fused_kernels_test"])):
+        result = regenerate(workspace, *args)
         assert result.returncode == 0, result.stdout + result.stderr
         diff = git(workspace, "diff", "--exit-code", "--stat", "testdata/")
         assert diff.returncode == 0, (attempt, diff.stdout, result.stdout)
         assert "file unchanged" in result.stdout
+        (dumped,) = suite.reports(workspace, SUITE + "_autotune_dump")
+        if attempt == 1:
+            assert "--retune: re-measuring every fusion" in result.stderr
+            assert dumped["tuned"] == 6 and dumped["hits"] == 0
+        else:
+            assert "tuning only fusions missing or stale" in result.stderr
+            assert (dumped["hits"], dumped["candidate_benchmarks"]) == (6, 0)
     assert "running 1 dump target(s)" in result.stderr, result.stderr

@@ -3,6 +3,7 @@ import os
 import pytest
 
 from autotune import flags
+from autotune.errors import AutotuneFlagsError
 
 
 def test_parse_all_flags():
@@ -42,6 +43,7 @@ EXPECTED_DEFAULTS = {
     "autotune_remote_cache_ca_file": None,
     "autotune_compile_check": None,
     "autotune_incumbents_from": [],
+    "autotune_retune": False,
     "autotune_workers": 1,
     "autotune_dropin": False,
 }
@@ -170,3 +172,16 @@ def _dropin_installed(value):
     ("", False)])
 def test_the_drop_in_flag_reads_as_the_session_reads_it(value, expected):
     assert _dropin_installed(value) is expected
+
+
+def test_retune_from_the_environment():
+    # regenerate --retune reaches a dump target, whose AUTOTUNE_FLAGS its
+    # env attribute fixes, through this variable.
+    assert not flags.from_environment({}).autotune_retune
+    assert flags.from_environment({"AUTOTUNE_RETUNE": "1"}).autotune_retune
+    assert not flags.from_environment(
+        {"AUTOTUNE_RETUNE": "0"}).autotune_retune
+    assert flags.from_environment(
+        {"AUTOTUNE_FLAGS": "--autotune_retune"}).autotune_retune
+    with pytest.raises(AutotuneFlagsError, match="AUTOTUNE_RETUNE='maybe'"):
+        flags.from_environment({"AUTOTUNE_RETUNE": "maybe"})

@@ -71,12 +71,13 @@ def test_double():
 
 def test_statistics_fixture(request, autotune_stats):
     call(double_kernel, 20)
-    if request.config.getoption("--autotune-update"):
+    if request.config.getoption("autotune_update_all"):
         assert autotune_stats.candidate_benchmarks > 0
-    else:
+    elif not request.config.getoption("--autotune-update"):
         assert autotune_stats.candidate_benchmarks == 0
         assert autotune_stats.hits > 0
-    assert autotune_stats.since_test_start()["tuned"] == 0
+    # The same kind of object as the fixture: attributes.
+    assert autotune_stats.since_test_start().tuned == 0
 '''
 
 PYPROJECT = f'''
@@ -201,7 +202,7 @@ def test_update_of_a_subset_keeps_other_entries(project):
     before = entries_of(cache)
     # With xdist: the controller, which collects nothing, must still see
     # that -k narrows the run.
-    result = run_pytest(project, *PLUGIN, "--autotune-update", "-k",
+    result = run_pytest(project, *PLUGIN, "--autotune-update=all", "-k",
                         "add_one", "--autotune-prune-unused", "-n", "2")
     assert result.returncode == 0, result.output
     after = entries_of(cache)
@@ -211,6 +212,54 @@ def test_update_of_a_subset_keeps_other_entries(project):
         assert after[kept, sig] == before[kept, sig]
     assert "--autotune-prune-unused ignored, not a full run" in result.output
     assert "2 tuned" in result.output
+
+
+def test_update_tunes_only_missing_and_stale_fusions(project):
+    # add_one's code changes (its two entries go stale), double_kernel gets
+    # a new shape (missing); double_kernel n=20 is a hit, kept verbatim.
+    cache = project.path / CACHE
+    before = entries_of(cache)
+    write_project(
+        project.path,
+        kernels=KERNELS.replace("+ 1.0,", "+ 1.0 + 0.0,"),
+        tests=TESTS + textwrap.dedent('''
+            def test_double_new_shape():
+                call(double_kernel, 60)
+            '''))
+    result = run_pytest(project, *PLUGIN, "--autotune-update",
+                        "--autotune-report=r.json")
+    assert result.returncode == 0, result.output
+    report = json.loads((project.path / "r.json").read_text())
+    assert (report["hits"], report["tuned"]) == (1, 3), result.output
+    assert report["candidate_benchmarks"] == 6  # 2 configs x 3 fusions
+    after = entries_of(cache)
+    sig = "n=20;dtypes=x:float32,y:float32"
+    assert after["double_kernel", sig] == before["double_kernel", sig]
+    assert ("double_kernel", "n=60;dtypes=x:float32,y:float32") in after
+    assert "update, missing and stale fusions" in result.output
+
+
+def test_update_on_an_unchanged_tree_measures_nothing(project):
+    before = (project.path / CACHE).read_bytes()
+    result = run_pytest(project, *PLUGIN, "--autotune-update")
+    assert result.returncode == 0, result.output
+    assert "autotune: 3 hits, 0 tuned, 0 missed; 0 candidate benchmarks" \
+        in result.output
+    assert "left untouched (no change)" in result.output
+    assert (project.path / CACHE).read_bytes() == before
+    # =all re-measures every fusion, a test path after it still a path.
+    result = run_pytest(project, *PLUGIN, "--autotune-update=all",
+                        "test_kernels.py")
+    assert result.returncode == 0, result.output
+    assert "0 hits, 3 tuned" in result.output
+    assert "(update=all " in result.output
+
+
+def test_update_creates_the_cache_directory(bare):
+    result = run_pytest(bare, *PLUGIN, "--autotune-update",
+                        "--autotune-cache=new/dir/c.textproto")
+    assert result.returncode == 0, result.output
+    assert (bare.path / "new" / "dir" / "c.textproto").exists()
 
 
 def test_prune_unused_on_a_full_run(project):
@@ -256,6 +305,11 @@ def test_require_complete_names_stale_and_missing_fusions(project):
     assert "stale: add_one_kernel [n=20;dtypes=x:float32,y:float32]" \
         in result.output
     assert "its source changed since it was tuned" in result.output
+    # Load mode: the summary's miss lines end with the command that fixes
+    # them.
+    assert re.search(r"^  stale: add_one_kernel \[n=20;.*; fix: `pytest "
+                     r"--autotune-update`, then commit the cache$",
+                     result.output, re.M), result.output
     assert "missing: double_kernel [n=60;dtypes=x:float32,y:float32]" \
         in result.output
     report = json.loads((project.path / "r.json").read_text())

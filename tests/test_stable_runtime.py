@@ -72,6 +72,7 @@ def test_tied_incumbent_is_kept_and_written_back_verbatim(session_factory,
     codec.dump_results([old], incumbents)
     dump = tmp_path / "dump.textproto"
     sess = session_factory(autotune_incumbents_from=[str(incumbents)],
+                           autotune_retune=True,
                            dump_autotune_results_to=str(dump))
     run_spin()
     assert sess.stats.tuned == 1 and sess.stats.incumbents_kept == 1
@@ -88,12 +89,30 @@ def test_clearly_faster_challenger_replaces_the_incumbent(session_factory,
     codec.dump_results([entry.replace(best=SLOW)], incumbents)
     dump = tmp_path / "dump.textproto"
     sess = session_factory(autotune_incumbents_from=str(incumbents),
+                           autotune_retune=True,
                            dump_autotune_results_to=str(dump))
     run_spin()
     assert sess.stats.incumbents_replaced == 1
     sess.finish()
     (new,) = codec.load_results(dump)
     assert new.best in (FAST_2, FAST_4)
+
+
+def test_incremental_hit_is_not_measured_and_dumped_verbatim(
+        session_factory, tmp_path):
+    # The default (no --autotune_retune): an incumbent whose key matches is
+    # a hit, even one a fresh tune would not pick.
+    entry = tuned_entry(session_factory, tmp_path)
+    incumbents = tmp_path / "incumbents.textproto"
+    codec.dump_results([entry.replace(best=SLOW)], incumbents)
+    dump = tmp_path / "dump.textproto"
+    sess = session_factory(autotune_incumbents_from=[str(incumbents)],
+                           dump_autotune_results_to=str(dump))
+    run_spin()
+    assert sess.stats.hits == 1 and sess.stats.tuned == 0
+    assert sess.stats.candidate_benchmarks == 0
+    sess.finish()
+    assert dump.read_bytes() == incumbents.read_bytes()
 
 
 def test_changed_fingerprint_same_winner_changes_only_measured_lines(

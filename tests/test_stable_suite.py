@@ -12,7 +12,8 @@ SUITE = os.path.join(ROOT, "examples", "fused_kernels_test.py")
 def tune_suite(dump, incumbents):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT,
                AUTOTUNE_FLAGS=f"--dump_autotune_results_to={dump} "
-                              f"--autotune_incumbents_from={incumbents}")
+                              f"--autotune_incumbents_from={incumbents} "
+                              "--autotune_retune")
     proc = subprocess.run([sys.executable, SUITE], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

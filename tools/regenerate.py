@@ -11,7 +11,12 @@
    may name the gpu_autotuned_test itself (`:kernels_test`): it stands for
    its dump target (`:kernels_test_autotune_dump`).
 2. Runs them with `bazel test --test_sharding_strategy=disabled`: a dump
-   must see every fusion, so it never runs sharded.
+   must see every fusion, so it never runs sharded. By default a dump tunes
+   only the fusions missing or stale in its cache: a fusion whose entry
+   matches is a hit, dumped as it is and never measured. With --retune
+   (passed to the targets as --test_env=AUTOTUNE_RETUNE=1) every fusion
+   is re-measured, the checked-in configs as incumbents: for a new GPU,
+   driver or Triton version.
 3. Merges the dumps of each cache (tag `autotune_cache=PATH`) into the file:
    - an entry whose key and best config did not change is kept exactly as
      it was (its times, candidates and timestamp too), so an unchanged tree
@@ -52,6 +57,7 @@ from autotune import codec  # noqa: E402
 from autotune.codec import CacheFileError  # noqa: E402
 from autotune.cache import merge  # noqa: E402
 from autotune.cli import cache_tool  # noqa: E402
+from autotune.flags import RETUNE_ENV_VAR  # noqa: E402
 
 from autotune.contract import (CACHE_TAG_PREFIX as CACHE_TAG,  # noqa: E402
                                DUMP_FILE, DUMP_SUFFIX, DUMP_TAG,
@@ -188,7 +194,7 @@ def _file_uri_path(uri):
         else None
 
 
-def run_dump_targets(bazel, targets, cwd, bazel_args):
+def run_dump_targets(bazel, targets, cwd, bazel_args, retune=False):
     """Runs the targets; returns {target: (passed?, testlogs folder or
     None)}. The folder comes from the build events (so it is right however
     the convenience symlinks are set up)."""
@@ -198,6 +204,7 @@ def run_dump_targets(bazel, targets, cwd, bazel_args):
             bazel, ["test"] + bazel_args + [
                 "--test_sharding_strategy=disabled", "--keep_going",
                 "--cache_test_results=no", f"--build_event_json_file={events}"]
+            + ([f"--test_env={RETUNE_ENV_VAR}=1"] if retune else [])
             + sorted(targets), cwd, capture=False)
         status, logs = {}, {}
         if os.path.exists(events):
@@ -364,6 +371,11 @@ def main(argv=None):
                         "the current directory)")
     parser.add_argument("--bazel_arg", action="append", default=[],
                         help="extra argument for bazel query and test")
+    parser.add_argument("--retune", action="store_true",
+                        help="re-measure every fusion, the checked-in "
+                        "configs as incumbents (a new GPU, driver or Triton "
+                        "version); default: tune only fusions missing or "
+                        "stale in the cache")
     args = parser.parse_args(argv)
     # Under `bazel run`, the current directory is the runfiles tree; Bazel
     # says where it was called from.
@@ -390,10 +402,14 @@ def main(argv=None):
                   "targets, their packages, or a pattern such as //...",
                   file=sys.stderr)
             return 2
-        print(f"regenerate: running {len(targets)} dump target(s) unsharded",
-              file=sys.stderr)
+        print(f"regenerate: running {len(targets)} dump target(s) unsharded; "
+              + ("--retune: re-measuring every fusion, checked-in configs as "
+                 "incumbents" if args.retune else
+                 "tuning only fusions missing or stale in the cache "
+                 "(--retune re-measures every one)"), file=sys.stderr)
         placeholders.extend(create_placeholders(targets, workspace))
-        results = run_dump_targets(args.bazel, targets, cwd, args.bazel_arg)
+        results = run_dump_targets(args.bazel, targets, cwd, args.bazel_arg,
+                                   retune=args.retune)
     except RegenerateError as e:
         remove_placeholders(placeholders)
         print(f"regenerate: error: {e}", file=sys.stderr)

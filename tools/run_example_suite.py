@@ -5,7 +5,8 @@
 In a temporary copy of the workspace (so the checked-in caches stay as they
 are; --in_place runs in this workspace and rewrites them):
 
-1. regenerate: every dump target runs unsharded, tuning every fusion, and
+1. regenerate --retune: every dump target runs unsharded, re-measuring
+   every fusion (a real tune, the checked-in configs as incumbents), and
    its dump replaces the checked-in cache (tools/regenerate.py);
 2. load: `bazel test //...`, the example suite sharded, every fusion a hit;
 3. prints, for the dump run and the load run: wall time, candidate
@@ -106,7 +107,8 @@ def main(argv=None):
         start = time.perf_counter()
         regen = subprocess.run(
             [sys.executable, os.path.join(workspace, "tools", "regenerate.py"),
-             "--bazel", args.bazel, "//examples/..."], cwd=workspace,
+             "--bazel", args.bazel, "--retune", "//examples/..."],
+            cwd=workspace,
             text=True, capture_output=True)
         dump_wall = time.perf_counter() - start
         print(regen.stdout, end="")
@@ -125,7 +127,8 @@ def main(argv=None):
             print("example suite: load run FAILED", file=sys.stderr)
             return 1
         load = totals(reports(workspace, suite))
-        print(f"dump mode  (regenerate, unsharded): {dump_wall:6.1f} s wall; "
+        print(f"dump mode  (regenerate --retune: every fusion re-measured, "
+              f"unsharded): {dump_wall:6.1f} s wall; "
               f"{dump['candidate_benchmarks']:.0f} candidate benchmarks, "
               f"{dump['tuned']:.0f} fusions tuned in "
               f"{dump['tuning_seconds']:.2f} s")

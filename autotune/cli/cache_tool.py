@@ -1,9 +1,11 @@
-"""autotune_cache: inspect, diff, merge, prune, verify and convert caches.
+"""autotune_cache: inspect, diff, merge, prune, verify, rekey and convert
+caches.
 
 Reads results files (text or binary, by extension), per-fusion cache
 directories and remote namespaces (redis://HOST:PORT/DB[?prefix=NAME])
-alike; push and pull move entries between files and a remote. Inputs are never modified; outputs are written
-atomically (a per-fusion directory output: one atomic file per entry).
+alike; push and pull move entries between files and a remote. Inputs are never modified (but by
+rekey, which rewrites its files in place); outputs are written atomically
+(a per-fusion directory output: one atomic file per entry).
 
 Exit codes:
   0  success (diff: no differences; verify: no findings)
@@ -175,6 +177,13 @@ def tree_kernels(modules):
     this project's autotuners, and kernels decorated with Triton's own
     triton.autotune, which the drop-in tunes under the same name and
     fingerprint."""
+    return {name: tuner.fingerprint
+            for name, tuner in tree_autotuners(modules).items()}
+
+
+def tree_autotuners(modules):
+    """{kernel name: autotuner} of the tuned kernels in these modules (see
+    tree_kernels)."""
     from autotune.runtime.autotuner import Autotuner
     from autotune.runtime.triton_patch import (from_triton_autotuner,
                                                triton_autotuner_class)
@@ -197,7 +206,7 @@ def tree_kernels(modules):
                 except AutotuneError as e:
                     raise ToolError(f"--kernel_module={name}: {e}")
             if isinstance(value, Autotuner):
-                known[value.name] = value.fingerprint
+                known[value.name] = value
     return known
 
 
@@ -266,6 +275,95 @@ def cmd_verify(args):
     if bad:
         return 2
     return 1 if findings else 0
+
+
+# -- rekey ------------------------------------------------------------------
+
+def rekey_entries(entries, tuners, assume_unchanged=()):
+    """Entries with their fingerprints moved to the current scheme where
+    that is known to be safe; returns (entries, [(verdict, entry, why)]).
+
+    An entry is re-keyed when its stored fingerprint is what the previous
+    scheme gives for the current source (the code it was tuned for), or
+    when its kernel is in assume_unchanged (the user's word that an edit
+    changed no behaviour). No entry is dropped: one that cannot move, or
+    whose new key another entry already has, stays as it was."""
+    taken = {e.key for e in entries}
+    out, report = [], []
+    for entry in entries:
+        key = entry.key
+        tuner = tuners.get(key.kernel)
+        verdict, why, new_key = "left", None, None
+        if tuner is None:
+            why = "no kernel of this name in --kernel_module"
+        elif key.key_version != KEY_VERSION:
+            why = (f"key version {key.key_version}, current is "
+                   f"{KEY_VERSION}")
+        elif key.fingerprint == tuner.fingerprint:
+            why = "already current"
+        elif key.kernel in assume_unchanged:
+            new_key, why = key._replace(fingerprint=tuner.fingerprint), (
+                f"{key.fingerprint} -> {tuner.fingerprint}, asserted "
+                "unchanged by --assume-unchanged")
+        elif key.fingerprint == tuner.source_text_fingerprint:
+            new_key, why = key._replace(fingerprint=tuner.fingerprint), (
+                f"{key.fingerprint} -> {tuner.fingerprint}, same source, "
+                "previous fingerprint scheme")
+        else:
+            why = (f"stale: fingerprint {key.fingerprint} is neither the "
+                   f"current {tuner.fingerprint} nor the previous scheme's "
+                   f"{tuner.source_text_fingerprint} of this source: the "
+                   "kernel changed since it was tuned (re-tune it, or "
+                   "--assume-unchanged if the edit changed no behaviour)")
+        if new_key is not None and new_key in taken:
+            new_key, why = None, (f"an entry with fingerprint "
+                                  f"{tuner.fingerprint} exists already")
+        if new_key is not None:
+            taken.add(new_key)
+            entry = entry.replace(key=new_key)
+            verdict = "rekeyed"
+        out.append(entry)
+        report.append((verdict, entry, why))
+    return out, report
+
+
+def cmd_rekey(args):
+    if not args.kernel_module:
+        raise ToolError("rekey needs --kernel_module to know the tree's "
+                        "kernels")
+    tuners = tree_autotuners(args.kernel_module)
+    unknown = sorted(set(args.assume_unchanged) - set(tuners))
+    if unknown:
+        raise ToolError(f"--assume-unchanged={unknown[0]}: no kernel of "
+                        "this name in --kernel_module (known: "
+                        f"{', '.join(sorted(tuners)) or 'none'})")
+    plans = []
+    for path in args.paths:  # every file is read before any is written
+        if os.path.isdir(path) or "://" in path:
+            raise ToolError(f"{path}: rekey rewrites results files; convert "
+                            "a directory or a remote namespace to a file "
+                            "first")
+        entries = read_cache(path)
+        materialize(entries, path)
+        plans.append((path, entries) + rekey_entries(
+            entries, tuners, set(args.assume_unchanged)))
+    for path, old, new, report in plans:
+        moved = 0
+        for verdict, entry, why in report:
+            moved += verdict == "rekeyed"
+            if verdict == "rekeyed" or args.verbose or \
+                    why != "already current":
+                print(f"{path}: {verdict}: {entry.key.kernel} "
+                      f"[{entry.key.signature}] on {entry.key.device}: {why}")
+        if moved and not args.dry_run:
+            try:  # atomic: the old file stays whole until the new is in
+                codec.dump_results(new, path)
+            except OSError as e:
+                raise ToolError(f"{path}: {e.strerror or e}")
+        print(f"rekey: {path}: {moved} re-keyed, {len(old) - moved} left"
+              + (" (dry run, nothing written)" if args.dry_run and moved
+                 else "" if moved else "; file unchanged"))
+    return 0
 
 
 def _cutoff(text, now):
@@ -392,6 +490,22 @@ def build_parser():
     p.add_argument("paths", nargs="+")
     p.add_argument("--kernel_module", action="append", default=[])
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("rekey", help="move entries to the current "
+                       "fingerprint scheme, in place (needs --kernel_module)")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--kernel_module", action="append", default=[])
+    p.add_argument("--assume-unchanged", "--assume_unchanged",
+                   dest="assume_unchanged", action="append", default=[],
+                   metavar="KERNEL",
+                   help="carry every entry of KERNEL to its current "
+                   "fingerprint: your word that the edit changed no "
+                   "behaviour")
+    p.add_argument("--dry-run", "--dry_run", dest="dry_run",
+                   action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also list entries already current")
+    p.set_defaults(func=cmd_rekey)
 
     p = sub.add_parser("convert", help="text <-> binary <-> per-fusion "
                        "directory (OUTPUT ending in / or an existing "

@@ -265,14 +265,23 @@ class Autotuner(KernelInterface):
     @property
     def fingerprint(self):
         if self._fingerprint is None:
-            fingerprint = keys_module.kernel_fingerprint(
-                _jit_function(self.kernel))
-            heuristics = _heuristic_sources(self.kernel)
-            if heuristics:
-                fingerprint = hashlib.sha256("\0".join(
-                    [fingerprint] + heuristics).encode()).hexdigest()[:16]
-            self._fingerprint = fingerprint
+            self._fingerprint = self._fingerprint_by(
+                keys_module.kernel_fingerprint)
         return self._fingerprint
+
+    @property
+    def source_text_fingerprint(self):
+        """The fingerprint by the previous scheme (keys.
+        source_text_fingerprint), for `autotune_cache rekey`."""
+        return self._fingerprint_by(keys_module.source_text_fingerprint)
+
+    def _fingerprint_by(self, kernel_fingerprint):
+        fingerprint = kernel_fingerprint(_jit_function(self.kernel))
+        heuristics = _heuristic_sources(self.kernel)
+        if heuristics:
+            fingerprint = hashlib.sha256("\0".join(
+                [fingerprint] + heuristics).encode()).hexdigest()[:16]
+        return fingerprint
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)

@@ -194,6 +194,13 @@ class Session:
             log.info(f"autotune: {path} does not exist yet (a first run): "
                      "every fusion is tuned from scratch")
             return
+        if not self.options.autotune_retune and os.path.realpath(path) \
+                not in {os.path.realpath(p) for p in
+                        self.options.load_autotune_results_from}:
+            # Incremental: a fusion whose entry matches is a hit, served
+            # (and dumped) as it is, never measured; only misses tune, a
+            # stale fusion with its old config as the incumbent.
+            self._load(path)
         try:
             entries = codec.load_results(path)
         except CacheFileError as e:
@@ -201,7 +208,10 @@ class Session:
         for entry in entries:
             self.incumbents.setdefault(_fusion_of(entry.key), []).append(
                 entry)
-        log.info(f"autotune: incumbents {path}: {len(entries)} entries")
+        log.info(f"autotune: incumbents {path}: {len(entries)} entries ("
+                 + ("every fusion re-measured: --autotune_retune)"
+                    if self.options.autotune_retune else
+                    "hits used as they are, misses tuned)"))
 
     def incumbent_for(self, key):
         """The incumbent entry of a fusion: same kernel, signature and

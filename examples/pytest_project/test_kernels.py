@@ -23,4 +23,4 @@ def test_loaded_cache_needs_no_tuning(request, autotune_stats):
     scale_shift(torch.ones(100, device=DEVICE), 1.0, 0.0)
     if not request.config.getoption("--autotune-update"):
         # This test's own launches: earlier tests may have tuned a miss.
-        assert autotune_stats.since_test_start()["candidate_benchmarks"] == 0
+        assert autotune_stats.since_test_start().candidate_benchmarks == 0

@@ -141,9 +141,11 @@ def gpu_autotuned_test(
     Creates:
       name: loads `autotune_cache` (via $(execpath)) or reads
         `per_fusion_cache_dir`; runs sharded when shard_count is set.
-      name + "_autotune_dump": tagged manual, unsharded; tunes every fusion
-        the test meets, keeping the checked-in configs as incumbents
-        (--autotune_incumbents_from), and writes TEST_UNDECLARED_OUTPUTS_DIR/
+      name + "_autotune_dump": tagged manual, unsharded; tunes the fusions
+        the test meets that are missing or stale in the checked-in cache
+        (--autotune_incumbents_from; every fusion, the checked-in configs as
+        incumbents, with AUTOTUNE_RETUNE=1: `regenerate --retune`), and
+        writes every fusion the test used to TEST_UNDECLARED_OUTPUTS_DIR/
         autotune_cache.textproto. `bazel run @rules_autotune//tools:regenerate`
         runs these and writes their dumps into the checked-in caches.
 
@@ -232,9 +234,11 @@ def gpu_autotuned_test(
     if cache:
         dump_tags.append(CACHE_TAG_PREFIX + cache.path)
     if cache and cache.exists != False:
-        # The checked-in entries are incumbents: a config stays unless a
-        # challenger is faster beyond the timing noise, and an unchanged
-        # entry is dumped as it was, so regenerating leaves it untouched.
+        # The checked-in entries are incumbents: a fusion whose entry
+        # matches is a hit, dumped as it is without measuring; a missing or
+        # stale one is tuned. With AUTOTUNE_RETUNE=1 in the environment
+        # (regenerate --retune) every fusion is re-measured, and a config
+        # stays unless a challenger is faster beyond the timing noise.
         dump_data.append(cache.label)
         dump_flags.append("--autotune_incumbents_from=$(execpath %s)" % cache.label)
     test_rule(
