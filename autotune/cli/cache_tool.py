@@ -30,7 +30,7 @@ import sys
 from autotune import codec
 from autotune.cache import merge
 from autotune.cache.io import materialize, read_cache, stats, write_cache
-from autotune.cli import remote_tool
+from autotune.cli import remote_tool, report
 from autotune.records import KEY_VERSION
 from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
                              ToolError)
@@ -455,6 +455,7 @@ def build_parser():
     p.add_argument("output")
     p.set_defaults(func=cmd_convert)
 
+    report.add_subcommand(sub)
     remote_tool.add_subcommands(sub, POLICIES)
     return parser
 

@@ -344,10 +344,15 @@ class Session:
                 f"{s.saved_seconds:.2f} s saved by hits")
         return line
 
+    def fusion_records(self):
+        """Every fusion this run met, with its candidates (the schema of
+        autotune.report.summary, shared with the pytest plugin's report)."""
+        from autotune.report import summary
+        return [summary.fusion_record(k, self.cache.memory.get(k), **v)
+                for k, v in sorted(self.stats.fusions.items())]
+
     def report(self):
-        fusions = [
-            {"kernel": k.kernel, "signature": k.signature, "device": k.device,
-             **v} for k, v in sorted(self.stats.fusions.items())]
+        fusions = self.fusion_records()
         remote = self.cache.remote
         return {"device": self.device_key, **self.stats.as_dict(),
                 "loaded": self.load_reports,
