@@ -58,7 +58,9 @@ class Browser:
              "about:blank"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, preexec_fn=wire_pipes,
-            pass_fds=(3, 4, to_child_r, from_child_w))
+            # Descriptors 3 and 4 are made in the child, after the point
+            # where close_fds would close them again.
+            close_fds=False)
         os.close(to_child_r)
         os.close(from_child_w)
         self._buffer = b""
@@ -173,7 +175,9 @@ class Page:
                 out.append(" ".join(str(a.get("value", a.get("description")))
                                     for a in e["params"].get("args", [])))
         for e in self._events("Runtime.exceptionThrown"):
-            out.append(e["params"]["exceptionDetails"].get("text", "?"))
+            details = e["params"]["exceptionDetails"]
+            thrown = details.get("exception", {}).get("description", "")
+            out.append(f"{details.get('text', '?')} {thrown}".strip())
         for e in self._events("Log.entryAdded"):
             entry = e["params"]["entry"]
             if entry.get("level") == "error":

@@ -110,10 +110,10 @@ def chart_svg(record, matplotlib_module=None, salt="fusion"):
     from matplotlib.figure import Figure
     rows = record["candidates"]
     height = 0.7 + 0.2 * max(len(rows), 1)
-    # Room for the longest config label at 7 pt (about 0.06 in a
+    # Room for the longest config label at 7 pt (about 0.075 in a
     # character): measuring the text instead (bbox_inches="tight") would
     # draw every chart twice.
-    label_in = 0.06 * max([len(r["config"]) for r in rows] + [8]) + 0.15
+    label_in = 0.075 * max([len(r["config"]) for r in rows] + [8]) + 0.15
     width = 4.5 + label_in
     fig = Figure(figsize=(width, height))
     ax = fig.add_axes([label_in / width, 0.45 / height,
