@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 from autotune import codec  # noqa: E402
 from autotune.cli import cache_tool  # noqa: E402
-from bench_runtime import matmul_entries  # noqa: E402
+from autotune.report import page  # noqa: E402
+from bench_runtime import machine_speed, matmul_entries  # noqa: E402
 
 
 def main():
@@ -30,6 +31,7 @@ def main():
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--base", action="store_true")
     args = parser.parse_args()
+    machine_speed()
     work = tempfile.mkdtemp(prefix="bench-report-")
     cache = os.path.join(work, "cache.textproto")
     codec.dump_results(matmul_entries(args.entries, seed=1), cache)
@@ -45,10 +47,11 @@ def main():
     start = time.perf_counter()
     code = cache_tool.main(argv)
     build = time.perf_counter() - start
-    page = os.path.join(work, "report.html")
-    size = os.path.getsize(page)
+    page_path = os.path.join(work, "report.html")
+    size = os.path.getsize(page_path)
     print(f"entries                {args.entries}")
-    print(f"build (report command) {build:8.2f} s  (exit {code})")
+    print(f"build (report command) {build:8.2f} s  (exit {code}; "
+          f"{min(args.entries, page.DEFAULT_MAX_CHARTS)} charts)")
     print(f"page size              {size / 2**20:8.2f} MiB "
           f"({size / args.entries / 1024:.1f} KiB per fusion)")
     import browser_support
@@ -56,7 +59,7 @@ def main():
         print("render                 skipped: no chromium on PATH")
         return
     with browser_support.Browser() as browser:
-        opened = browser.open("file://" + page, timeout=600)
+        opened = browser.open("file://" + page_path, timeout=600)
         charts = opened.evaluate(
             "document.querySelectorAll('figure.fusion-chart').length")
         nav = opened.evaluate(

@@ -348,3 +348,35 @@ def test_page_has_a_chart_with_the_winner_and_noise_band():
     assert svg.startswith("<svg") and "TIMEOUT" in svg
     assert "opacity: 0.15" in svg  # the noise band
     assert "#2a7ab9" in svg  # the winner's bar
+
+
+def test_regenerate_prints_one_page_for_the_run(tmp_path, capsys,
+                                                monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import regenerate
+    monkeypatch.setattr(regenerate.tempfile, "tempdir", str(tmp_path))
+    workspace = tmp_path / "ws"
+    (workspace / "testdata").mkdir(parents=True)
+    old = [entry({16: 10.0, 32: 20.0}, 16, "n=1"),
+           entry({16: 10.0, 32: 20.0}, 16, "n=2")]
+    codec.dump_results(old, workspace / "testdata" / "a.textproto")
+    targets, results = {}, {}
+    for name, dumped in (("a", [entry({16: 10.0, 32: 5.0}, 32, "n=1"),
+                                entry({16: 10.0, 32: 20.0}, 16, "n=2")]),
+                         ("b", [entry({16: 3.0, 32: 5.0}, 16, "n=7")])):
+        logs = tmp_path / "logs" / name
+        (logs / "test.outputs").mkdir(parents=True)
+        codec.dump_results(dumped,
+                           logs / "test.outputs" / "autotune_cache.textproto")
+        target = f"//p:{name}_autotune_dump"
+        targets[target] = f"testdata/{name}.textproto"
+        results[target] = (True, str(logs))
+    assert regenerate.write_results(targets, results, str(workspace),
+                                    set()) == 0
+    out = capsys.readouterr().out
+    pages = re.findall(r"regenerate: report page (\S+)", out)
+    assert len(pages) == 1 and pages[0].startswith(str(tmp_path))
+    text = open(pages[0]).read()
+    assert "testdata/a.textproto, testdata/b.textproto" in text
+    assert "1 winner(s) changed, 1 added, 0 removed" in text
+    assert text.count('<figure class="fusion-chart"') == 3
