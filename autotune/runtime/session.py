@@ -358,8 +358,14 @@ class Session:
             log.info(f"autotune: no report page next to {dump}: "
                      f"{page.INSTALL_HINT}")
             return
-        text = page.build_page([(os.path.basename(dump), entries)])
-        codec.atomic_write(path, text.encode())
+        try:
+            text = page.build_page([(os.path.basename(dump), entries)])
+            codec.atomic_write(path, text.encode())
+        except Exception as e:  # the page is a view of the dump: never
+            # let drawing it fail a run whose dump is written
+            log.warning(f"autotune: warning: no report page next to {dump}: "
+                        f"{type(e).__name__}: {e}")
+            return
         log.info(f"autotune: report page {path}")
 
     def fusion_records(self):
