@@ -80,6 +80,12 @@ FLAGS = (
         "JSON report path (default: TEST_UNDECLARED_OUTPUTS_DIR/"
         "autotune_report.json when that is set).", path=True),
     FlagSpec(
+        "autotune_verbosity", "enum", "normal",
+        "What tuning says while it runs (through the autotune.tuning "
+        "logger): quiet: nothing; normal: a line when each fusion starts "
+        "and ends tuning; verbose: also one line per candidate measured.",
+        enum_values=("quiet", "normal", "verbose")),
+    FlagSpec(
         "autotune_fail_if_sharded", "bool", False,
         "Fail when run as one shard of several (dump targets set this: a "
         "dump must see every fusion)."),

@@ -211,6 +211,23 @@ def _stats_dict(sessions):
     return totals
 
 
+def _sorted_records(records):
+    """One record per fusion (the first seen, by worker order), sorted as
+    the Bazel report sorts them."""
+    seen = {}
+    for record in records:
+        seen.setdefault((record["device"], record["kernel"],
+                         record["fingerprint"], record["signature"]), record)
+    return [seen[k] for k in sorted(seen)]
+
+
+def _fusion_records(sessions):
+    """The per-fusion list of the Bazel JSON report, with candidates, for
+    every session of this process (one schema: Session.fusion_records)."""
+    return _sorted_records(r for sess in sessions
+                           for r in sess.fusion_records())
+
+
 def _describe(key):
     return {"kernel": key.kernel, "signature": key.signature,
             "device": key.device}
@@ -265,6 +282,7 @@ class AutotunePlugin:
         self.narrowed = _narrowing(config)  # why this is not a full run
         self.result = None          # what the end of the session did
         self.shared_dir = None      # update with xdist: the workers' cache
+        self._fusions = []          # per-fusion records for the report
         self._bypassing = []        # triton.autotune kernels not routed
         if settings.update and not self.is_worker:
             self.old_entries = self._read_old_cache()
@@ -473,6 +491,7 @@ class AutotunePlugin:
         self.result = {"mode": "update" if self.settings.update else "load",
                        "retune": self.settings.retune,
                        "cache": self.settings.cache, **stats,
+                       "fusions": self._fusions,
                        "missing": [m for m in misses
                                    if m["status"] == "missing"],
                        "stale": [m for m in misses if m["status"] == "stale"],
@@ -495,6 +514,7 @@ class AutotunePlugin:
         from autotune import codec
         entries = self._entries_of_this_process()
         return {"stats": _stats_dict(self.sessions),
+                "fusions": _fusion_records(self.sessions),
                 "misses": self.misses, "narrowed": self.narrowed,
                 "bypassing": bypassing_kernels(str(self.config.rootpath)),
                 "entries": codec.encode(
@@ -511,13 +531,16 @@ class AutotunePlugin:
         from autotune import codec
         if not self.is_controller:
             self._bypassing = bypassing_kernels(str(self.config.rootpath))
+            self._fusions = _fusion_records(self.sessions)
             return (_stats_dict(self.sessions), self.misses,
                     [("this run", s.dump_entries()) for s in self.sessions])
         stats = dict.fromkeys(STAT_FIELDS, 0)
         misses, runs = [], []
         bypassing = set()
+        fusions = []
         for worker, payload in sorted(self.worker_outputs):
             bypassing.update(payload.get("bypassing", ()))
+            fusions.extend(payload.get("fusions", ()))
             for name in STAT_FIELDS:
                 stats[name] += payload["stats"].get(name, 0)
             misses.extend(payload["misses"])
@@ -527,6 +550,7 @@ class AutotunePlugin:
                 runs.append((worker, codec.decode(
                     payload["entries"].encode(), f"{worker}.textproto")))
         self._bypassing = sorted(bypassing)
+        self._fusions = _sorted_records(fusions)
         return stats, misses, runs
 
     def _merge(self, runs):

@@ -122,6 +122,27 @@ def test_zero_edit_path_runs_triton_autotune_kernels_unchanged(tmp_path):
                                                     "dropin")]))
 
 
+def test_zero_edit_kernels_print_tritons_message(tmp_path):
+    """TRITON_PRINT_AUTOTUNING=1: an unedited @triton.autotune kernel,
+    tuned through the drop-in, prints Triton's message for it."""
+    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_PRINT_AUTOTUNING="1",
+               AUTOTUNE_FLAGS="--autotune_verbosity=quiet",
+               PYTHONPATH=os.pathsep.join(
+                   [os.path.join(ROOT, "autotune", "dropin"), ROOT]))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import inplace; "
+            "inplace.run()")
+    result = subprocess.run([sys.executable, "-c", code, KERNELS], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    messages = re.findall(
+        r"Triton autotuning for function (\w+),\nwith key as \(.*\),\n"
+        r"finished after \d+\.\d\ds,\nbest config selected: .*num_warps: "
+        r"\d+, num_ctas: \d+, num_stages: \d+, maxnreg: None.*;",
+        result.stdout)
+    assert set(messages) == {"axpy_inplace_kernel",
+                             "clamp_inplace_kernel"}, result.stdout
+
+
 def test_without_the_drop_in_triton_cannot_tune_on_the_interpreter(tmp_path):
     """The zero-edit test above is not vacuous: the same files, without
     autotune/dropin on the path, fail under Triton's own autotuner here."""

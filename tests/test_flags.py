@@ -33,6 +33,7 @@ EXPECTED_DEFAULTS = {
     "autotune_miss_policy": "tune",
     "autotune_expected_gpu": None,
     "autotune_report_to": None,
+    "autotune_verbosity": "normal",
     "autotune_fail_if_sharded": False,
     "autotune_remote_cache": None,
     "autotune_remote_cache_mode": "update",

@@ -22,6 +22,7 @@ LAYERS = (
     ("cache", ("autotune.cache",)),
     ("measure", ("autotune.measure",)),
     ("search", ("autotune.search",)),
+    ("report", ("autotune.report",)),
     ("runtime", ("autotune.runtime",)),
     ("tools", ("autotune.cli", "autotune.pytest_plugin")),
     ("face", ("autotune.__init__", "autotune.dropin", "autotune.kernels")),

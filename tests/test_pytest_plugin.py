@@ -174,6 +174,17 @@ def test_update_from_nothing_writes_every_fusion(tuned):
     assert report["tuned"] == 3 and report["written"] is True
     assert report["candidate_benchmarks"] == 6
     assert len(report["changes"]["added"]) == 3
+    # The per-fusion list of the Bazel report, candidates and all.
+    fusions = report["fusions"]
+    assert [(f["kernel"], f["signature"]) for f in fusions] == sorted(entries)
+    assert all(f["status"] == "tuned" and f["candidates"] and
+               sum(c["winner"] for c in f["candidates"]) == 1
+               for f in fusions)
+    from autotune.report import summary
+    entry = entries[("double_kernel", "n=20;dtypes=x:float32,y:float32")]
+    record = summary.fusion_record(entry.key, entry, status="tuned",
+                                   source=None)
+    assert set(fusions[-1]) == set(record)
 
 
 def test_load_serves_every_fusion_without_benchmarks(project):
@@ -330,6 +341,10 @@ def test_xdist_load(project):
     report = json.loads((project.path / "r.json").read_text())
     assert report["hits"] == 3 and report["candidate_benchmarks"] == 0
     assert report["tuned"] == 0
+    # The workers' fusions, gathered by the controller, each once.
+    assert len(report["fusions"]) == 3
+    assert all(f["status"] == "hit" and len(f["candidates"]) == 2
+               for f in report["fusions"])
 
 
 def test_xdist_update_merges_the_workers_results(pytester, tuned):

@@ -52,7 +52,7 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from autotune.errors import RegenerateError  # noqa: E402
+from autotune.errors import RegenerateError, ToolError  # noqa: E402
 from autotune import codec  # noqa: E402
 from autotune.codec import CacheFileError  # noqa: E402
 from autotune.cache import merge  # noqa: E402
@@ -355,6 +355,30 @@ def regenerate_cache(cache, dumps, workspace):
     if merged.removed:
         print(f"  ({len(merged.removed)} removed: no dump produced them on "
               "this device any more)")
+    return old, merged.entries
+
+
+def write_report_page(pages):
+    """One report page for the whole run: every regenerated cache, compared
+    with what the files held before. pages: [(cache, old, new)]. Returns
+    its path, or None (no matplotlib: a one-line note instead)."""
+    from autotune.report import page
+    try:
+        page.require_matplotlib()
+    except ToolError:
+        print(f"regenerate: no report page: {page.INSTALL_HINT}")
+        return None
+    text = page.build_page([(cache, new) for cache, _, new in pages],
+                           base=[e for _, old, _ in pages for e in old],
+                           base_name="the caches before this run",
+                           title="Regenerated autotune caches: " + ", ".join(
+                               cache for cache, _, _ in pages))
+    fd, path = tempfile.mkstemp(prefix="autotune_regenerate_",
+                                suffix=".html")
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode())
+    print(f"regenerate: report page {path}")
+    return path
 
 
 def main(argv=None):
@@ -454,6 +478,7 @@ def write_results(targets, results, workspace, regenerated):
     regenerated. Returns the exit code."""
     failed = []
     by_cache = {}
+    pages = []
     for target in sorted(targets):
         cache = targets[target]
         passed, logs = results[target]
@@ -487,11 +512,14 @@ def write_results(targets, results, workspace, regenerated):
                   "writes to it failed")
             continue
         try:
-            regenerate_cache(cache, dumps, workspace)
+            old, new = regenerate_cache(cache, dumps, workspace)
+            pages.append((cache, old, new))
             regenerated.add(os.path.join(workspace, cache))
         except (CacheFileError, OSError) as e:
             failed.append(cache)
             print(f"regenerate: FAILED writing {cache}: {e}")
+    if pages:
+        write_report_page(pages)
     if failed:
         print(f"regenerate: {len(failed)} failure(s): " + ", ".join(failed))
         return 1

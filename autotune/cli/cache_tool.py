@@ -32,7 +32,7 @@ import sys
 from autotune import codec
 from autotune.cache import merge
 from autotune.cache.io import materialize, read_cache, stats, write_cache
-from autotune.cli import remote_tool
+from autotune.cli import remote_tool, report
 from autotune.records import KEY_VERSION
 from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
                              ToolError)
@@ -40,7 +40,57 @@ from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
 POLICIES = merge.POLICIES
 
 
+def _show_candidates(args):
+    from autotune.report import summary
+    out = []
+    for path in args.paths:
+        entries = read_cache(path, parse_all=True)
+        materialize(entries, path, everything=True)
+        out.append({"path": path, "fusions": summary.fusion_records(
+            entries, args.kernel)})
+    if args.json:
+        print(json.dumps(out if len(out) > 1 else out[0], indent=2))
+        return 0
+    for item in out:
+        print(f"{item['path']}: {len(item['fusions'])} fusions"
+              + (f" of {args.kernel}" if args.kernel else ""))
+        for record in item["fusions"]:
+            print()
+            for line in candidate_table(record):
+                print(line)
+    return 0
+
+
+def candidate_table(record):
+    """Lines of one fusion's candidate table (show --candidates)."""
+    lines = [f"{record['kernel']} [{record['signature']}] on "
+             f"{record['device']}",
+             f"  winner {record['best']}: {record['reason_text']}"]
+    rows = record["candidates"]
+    if not rows:
+        return lines
+    width = max(len(r["config"]) for r in rows)
+    lines.append(f"    {'config':<{width}}  {'time (us)':>12}  {'ratio':>6}"
+                 f"  {'spread':>6}  failure")
+    for r in rows:
+        time = f"{r['run_time_us']:.3f}" if r["run_time_us"] is not None \
+            else "-"
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        spread = f"{r['spread'] * 100:.1f}%" if r["spread"] else "-"
+        failure = r["failure"] or ""
+        if r["failure_detail"]:
+            failure += f" ({r['failure_detail'][:60]})"
+        lines.append(f"  {'*' if r['winner'] else ' '} "
+                     f"{r['config']:<{width}}  {time:>12}  {ratio:>6}  "
+                     f"{spread:>6}  {failure}".rstrip())
+    return lines
+
+
 def cmd_show(args):
+    if args.candidates:
+        return _show_candidates(args)
+    if args.kernel:
+        raise ToolError("show: --kernel goes with --candidates")
     out = []
     for path in args.paths:
         entries = read_cache(path, parse_all=True)
@@ -448,6 +498,11 @@ def build_parser():
     p.add_argument("paths", nargs="+")
     p.add_argument("--json", action="store_true")
     p.add_argument("--entries", action="store_true", help="list every entry")
+    p.add_argument("--candidates", action="store_true",
+                   help="per fusion, every candidate with its time, ratio "
+                   "to the winner, spread and failure, and why the winner "
+                   "won")
+    p.add_argument("--kernel", help="with --candidates: only this kernel")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("diff", help="added, removed and changed entries; "
@@ -514,6 +569,7 @@ def build_parser():
     p.add_argument("output")
     p.set_defaults(func=cmd_convert)
 
+    report.add_subcommand(sub)
     remote_tool.add_subcommands(sub, POLICIES)
     return parser
 

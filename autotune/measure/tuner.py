@@ -511,9 +511,10 @@ def select_winner(candidates, timings, retime, incumbent=None,
 
 
 def run_candidates(evaluator, configs, tuner_name="exhaustive",
-                   incumbent=None, rule=DEFAULT_RULE):
+                   incumbent=None, rule=DEFAULT_RULE, progress=None):
     """Evaluates every config once, in order, then chooses the winner
-    (select_winner); returns a TuneResult."""
+    (select_winner); returns a TuneResult. progress.measured(candidate,
+    timing), when given, hears of every candidate as it is measured."""
     start = time.perf_counter()
     candidates = []
     timings = {}
@@ -526,6 +527,8 @@ def run_candidates(evaluator, configs, tuner_name="exhaustive",
         seen.add(config)
         candidate, timing = evaluator(config)
         candidates.append(candidate)
+        if progress is not None:
+            progress.measured(candidate, timing)
         if timing is not None:
             timings[config] = timing
     if not any(c.ok for c in candidates):

@@ -18,6 +18,7 @@ import hashlib
 import inspect
 import itertools
 import sys
+import time
 import warnings
 
 from triton.runtime.jit import KernelInterface
@@ -29,7 +30,7 @@ from autotune.measure import tuner
 from autotune.records import Config, Entry
 from autotune.runtime.session import AutotuneError, session
 from autotune.cache import neighbours as reuse
-from autotune.runtime import parallel, tuning
+from autotune.runtime import parallel, progress as progress_module, tuning
 
 
 
@@ -110,6 +111,39 @@ def _caller_level():
 
 _DTYPE = itertools.repeat("dtype")
 _NO_DTYPE = itertools.repeat(None)
+
+
+def _triton_prints_autotuning():
+    """TRITON_PRINT_AUTOTUNING=1, or triton.knobs.autotuning.print set."""
+    try:
+        from triton import knobs
+        return bool(knobs.autotuning.print)
+    except (ImportError, AttributeError):
+        import os
+        return os.environ.get("TRITON_PRINT_AUTOTUNING", "") in (
+            "1", "true", "on", "yes")
+
+
+def triton_config_text(config):
+    """A config as triton.Config prints itself."""
+    if not isinstance(config, Config):
+        return str(config)
+    parts = [f"{k}: {v}" for k, v in config.kwargs.items()]
+    parts += [f"num_warps: {config.num_warps}", f"num_ctas: {config.num_ctas}",
+              f"num_stages: {config.num_stages}",
+              f"maxnreg: {config.maxnreg}",
+              f"ir_override: {config.ir_override}"]
+    return ", ".join(parts)
+
+
+def triton_message(name, key, seconds, config):
+    """Triton's message for a finished tuning, in its words and layout, so
+    that scripts which grep Triton's output keep working. Printed to
+    stdout as Triton prints it (it is Triton's output, not a message of
+    this library, and TRITON_PRINT_AUTOTUNING is what turns it on)."""
+    return (f"Triton autotuning for function {name},\nwith key as {key},\n"
+            f"finished after {seconds:.2f}s,\nbest config selected: "
+            f"{triton_config_text(config)};")
 
 
 class Autotuner(KernelInterface):
@@ -313,6 +347,14 @@ class Autotuner(KernelInterface):
         return keys_module.make_key(sess.device_key, self.name,
                                   self.fingerprint, signature)
 
+    def _triton_key(self, named):
+        """The key Triton's autotuner prints: the key arguments' values,
+        then the dtype of every tensor argument."""
+        values = [named[k] for k in self.keys if k in named]
+        values += [str(v.dtype) for k, v in named.items()
+                   if k in self.arg_names and hasattr(v, "dtype")]
+        return tuple(values)
+
     def _refuse_tuned(self, kwargs):
         clash = self._refused.intersection(kwargs)
         if clash:
@@ -344,12 +386,16 @@ class Autotuner(KernelInterface):
         if hit is not None:
             return hit
         key = self._full_key(sess, named)
+        started = time.perf_counter()
         entry = sess.resolve(
             key, lambda seeds: self._tune(sess, key, named, grid, args,
                                           kwargs, seeds),
             lambda: self._neighbours(sess, key))
         config = entry.best
         original = self._originals.get(config, config)
+        if _triton_prints_autotuning():
+            print(triton_message(self.base_fn.__name__, self._triton_key(named),
+                                 time.perf_counter() - started, original))
         hit = self._memo[fast] = (config, original, config.all_kwargs())
         self.cache[fast] = original
         return hit
@@ -585,6 +631,7 @@ class Autotuner(KernelInterface):
             time_fn=self._time_fn(sess.backend))
         # The cached config of this fusion, if any: kept unless beaten.
         incumbent = sess.incumbent_config(key)
+        progress = None
         # --autotune_workers: the candidates are measured in worker
         # processes (None: in this process).
         pool = parallel.CandidatePool.for_miss(
@@ -601,10 +648,12 @@ class Autotuner(KernelInterface):
                     if incumbent in configs and incumbent not in seeds \
                             and incumbent not in rest:
                         rest.append(incumbent)
+                todo = list(seeds) + rest
+                progress = self._progress(sess, key, len(set(todo)))
                 result = tuner.run_candidates(
                     evaluator if pool is None else pool.replay(evaluator),
-                    list(seeds) + rest, "seeded" if seeds else "exhaustive",
-                    incumbent=incumbent)
+                    todo, "seeded" if seeds else "exhaustive",
+                    incumbent=incumbent, progress=progress)
             else:
                 budget = self.budget
                 if seeds and budget:
@@ -612,13 +661,22 @@ class Autotuner(KernelInterface):
                 first = list(seeds)
                 if incumbent is not None and incumbent not in first:
                     first.append(incumbent)
+                progress = self._progress(
+                    sess, key, len(self.space),
+                    budget or max(16, min(len(self.space), 64)))
                 result = tuning.tune_with_search(
                     evaluator, self.space, budget=budget, seed=self.seed,
-                    seeds=first, pool=pool, time_budget_s=self.time_budget_s)
+                    seeds=first, pool=pool, time_budget_s=self.time_budget_s,
+                    progress=progress)
                 result = tuner.reselect(evaluator, result, incumbent)
+        except AutotuneError as e:
+            if progress is not None:
+                progress.failed(e)
+            raise
         finally:
             if pool is not None:
                 pool.close()
+        progress.finish(result)
         self._report(evaluator, result)
         best = result.best.config
         # Triton resets reset_to_zero once more before the real launch.
@@ -630,6 +688,15 @@ class Autotuner(KernelInterface):
                      sorted(result.candidates,
                             key=lambda c: c.config.sort_key),
                      tuner.provenance_for(sess.backend, result))
+
+    def _progress(self, sess, key, candidates, budget=None):
+        """The progress lines of this fusion's tuning, started."""
+        progress = progress_module.TuningProgress(
+            self.name, key.signature, candidates,
+            verbosity=sess.options.autotune_verbosity, budget=budget,
+            search=self.search)
+        progress.start()
+        return progress
 
     def _report(self, evaluator, result):
         if self.reference is not None or len(result.candidates) < 2:

@@ -21,6 +21,9 @@ from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.cache import neighbours as reuse
 from autotune.contract import REGENERATE_COMMAND, REPORT_FILE
+
+# The report page a dump target writes next to its dump.
+REPORT_PAGE_FILE = "autotune_report.html"
 from autotune.errors import (AutotuneCacheMissError, AutotuneError, CacheFileError)
 
 log = logs.get("runtime")
@@ -354,10 +357,36 @@ class Session:
                 f"{s.saved_seconds:.2f} s saved by hits")
         return line
 
+    def _write_report_page(self, dump, entries):
+        path = _page_path(dump)
+        if path is None:
+            return
+        from autotune.report import page
+        try:
+            page.require_matplotlib()
+        except AutotuneError:
+            log.info(f"autotune: no report page next to {dump}: "
+                     f"{page.INSTALL_HINT}")
+            return
+        try:
+            text = page.build_page([(os.path.basename(dump), entries)])
+            codec.atomic_write(path, text.encode())
+        except Exception as e:  # the page is a view of the dump: never
+            # let drawing it fail a run whose dump is written
+            log.warning(f"autotune: warning: no report page next to {dump}: "
+                        f"{type(e).__name__}: {e}")
+            return
+        log.info(f"autotune: report page {path}")
+
+    def fusion_records(self):
+        """Every fusion this run met, with its candidates (the schema of
+        autotune.report.summary, shared with the pytest plugin's report)."""
+        from autotune.report import summary
+        return [summary.fusion_record(k, self.cache.memory.get(k), **v)
+                for k, v in sorted(self.stats.fusions.items())]
+
     def report(self):
-        fusions = [
-            {"kernel": k.kernel, "signature": k.signature, "device": k.device,
-             **v} for k, v in sorted(self.stats.fusions.items())]
+        fusions = self.fusion_records()
         remote = self.cache.remote
         return {"device": self.device_key, **self.stats.as_dict(),
                 "loaded": self.load_reports,
@@ -383,6 +412,7 @@ class Session:
                 log.info(f"autotune: dumped {len(entries)} entries to {dump} "
                          f"({len(entries) - kept} used by this run, {kept} "
                          "kept from the file)")
+                self._write_report_page(dump, entries)
             log.info(self.summary_line())
             if self.cache.remote is not None:
                 log.info(self.cache.remote.summary_line())
@@ -395,6 +425,17 @@ class Session:
             if report_path:
                 codec.atomic_write(report_path, json.dumps(
                     self.report(), indent=2, sort_keys=True).encode() + b"\n")
+
+
+def _page_path(dump):
+    """Where a dump target's report page goes: next to its dump, in
+    TEST_UNDECLARED_OUTPUTS_DIR (None elsewhere: a dump outside a test's
+    outputs is someone's own file, and so is the directory it is in)."""
+    outdir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+    if not outdir or os.path.dirname(os.path.abspath(dump)) != \
+            os.path.abspath(outdir):
+        return None
+    return os.path.join(outdir, REPORT_PAGE_FILE)
 
 
 def _check_output_path(flag, path):

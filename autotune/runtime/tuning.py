@@ -6,20 +6,27 @@ from autotune.search.evolutionary import EvolutionarySearch, Measurement
 
 
 def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),
-                     time_budget_s=None, pool=None):
+                     time_budget_s=None, pool=None, progress=None):
     """Tunes one fusion with the evolutionary search; the evaluator is the
     tuner's CandidateEvaluator, and a parallel.CandidatePool, when given,
-    measures each batch in its workers. Returns a tuner.TuneResult."""
+    measures each batch in its workers; progress.measured(candidate,
+    timing), when given, hears of every measurement. Returns a
+    tuner.TuneResult."""
     if budget is None:
         budget = max(16, min(len(space), 64))
     search = EvolutionarySearch(space, budget=budget, seed=seed, seeds=seeds,
                                 time_budget_s=time_budget_s)
 
+    def heard(answer):
+        if progress is not None:
+            progress.measured(*answer)
+        return answer
+
     def measure(config):
-        return Measurement.of_candidate(config, *evaluator(config))
+        return Measurement.of_candidate(config, *heard(evaluator(config)))
 
     def measure_many(configs):
-        return [Measurement.of_candidate(c, *answer)
+        return [Measurement.of_candidate(c, *heard(answer))
                 for c, answer in zip(configs, pool.measure_many(configs))]
     if pool is None:
         result = search.run(measure)

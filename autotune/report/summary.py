@@ -1,0 +1,111 @@
+"""One record per fusion, with every stored candidate and why the winner
+won: the schema that `autotune_cache show --candidates --json`, the Bazel
+JSON report (runtime/session.py), the pytest plugin's --autotune-report
+and the report page all use, built by fusion_record() alone.
+
+Why the winner won is derived from the stored candidates and the
+selection rule (records.SelectionRule, applied by measure/tuner.py
+select_winner): the rule lets a config other than the fastest win only as
+the incumbent or as a smaller config the fastest could not beat head to
+head by the rule's margin; the stored times are those the selection saw
+(duelled candidates carry the median of all their timings).
+"""
+from autotune.records import DEFAULT_RULE
+
+REASONS = ("fastest", "incumbent", "smaller", "only", "not_measured")
+
+
+def winner_reason(entry, rule=DEFAULT_RULE):
+    """(kind, text): kind one of REASONS."""
+    best = entry.best
+    ok = [c for c in entry.candidates if c.ok]
+    tuner = entry.provenance.tuner
+    if not ok:
+        how = {"nearest": "copied from the nearest tuned shape",
+               "pruned": "the only config left after pruning"}.get(
+                   tuner, "no candidates stored")
+        return "not_measured", how
+    if len(ok) == 1:
+        return "only", "the only config that ran correctly"
+    best_time = entry.run_time_us
+    fastest = min(ok, key=lambda c: (c.run_time_us, c.config.sort_key))
+    if fastest.config == best or fastest.run_time_us >= best_time:
+        close = [c for c in ok if c.config != best and
+                 c.run_time_us <= best_time * (1.0 + rule.screen_margin)]
+        smaller = [c for c in close if c.config.sort_key < best.sort_key]
+        if smaller:
+            return "fastest", (
+                f"fastest; {len(close)} other(s) within the "
+                f"{rule.screen_margin:.0%} screen margin, and it beat the "
+                f"smaller {smaller[0].config.short()} head to head (by "
+                f"more than {rule.min_improvement:.0%})")
+        if close:
+            return "fastest", (
+                f"fastest; {len(close)} other(s) within the "
+                f"{rule.screen_margin:.0%} screen margin, all larger "
+                "configs")
+        return "fastest", "fastest"
+    gap = fastest.run_time_us / best_time - 1.0 if best_time else 0.0
+    if best.sort_key < fastest.config.sort_key:
+        return "smaller", (
+            f"tie-break to the smaller config: {fastest.config.short()} "
+            f"measured {-gap:.1%} faster but was not shown "
+            f"{rule.min_improvement:.0%} faster head to head")
+    return "incumbent", (
+        f"incumbent kept within the margin: {fastest.config.short()} "
+        f"measured {-gap:.1%} faster but was not shown "
+        f"{rule.incumbent_improvement:.0%} faster head to head")
+
+
+def candidate_rows(entry):
+    """Every stored candidate, fastest first, failures last."""
+    best = entry.best
+    best_time = entry.run_time_us
+    spread = entry.provenance.timing_spread
+    rows = []
+    for cand in entry.candidates:
+        ok = cand.ok
+        rows.append({
+            "config": cand.config.short(),
+            "run_time_us": cand.run_time_us if ok else None,
+            "ratio": round(cand.run_time_us / best_time, 4)
+            if ok and best_time else None,
+            # The schema stores the spread of the winner's timing only.
+            "spread": spread if cand.config == best and spread else None,
+            "failure": None if ok else cand.failure,
+            "failure_detail": cand.failure_detail or None,
+            "winner": cand.config == best,
+        })
+    rows.sort(key=lambda r: (r["failure"] is not None,
+                             r["run_time_us"] or 0.0))
+    return rows
+
+
+def fusion_record(key, entry=None, **extra):
+    """The record of one fusion. key: its CacheKey; entry: the Entry that
+    answers it (None for a fusion that missed); extra: what a run knows
+    beside the cache (status, source, incumbent)."""
+    record = {"kernel": key.kernel, "signature": key.signature,
+              "device": key.device, "fingerprint": key.fingerprint}
+    record.update(extra)
+    if entry is None:
+        record.update(best=None, candidates=[])
+        return record
+    kind, text = winner_reason(entry)
+    prov = entry.provenance
+    record.update(
+        best=entry.best.short(), run_time_us=entry.run_time_us,
+        timing_spread=prov.timing_spread or None,
+        tuner=prov.tuner or None,
+        tuning_seconds=prov.tuning_seconds or None,
+        timestamp=prov.timestamp or None,
+        reason=kind, reason_text=text,
+        candidates=candidate_rows(entry))
+    return record
+
+
+def fusion_records(entries, kernel=None):
+    """Records of the entries (of one kernel name when given), sorted."""
+    chosen = [e for e in entries if kernel is None or e.key.kernel == kernel]
+    chosen.sort(key=lambda e: (e.key.device, e.key.kernel, e.key.signature))
+    return [fusion_record(e.key, e) for e in chosen]

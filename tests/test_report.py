@@ -1,0 +1,382 @@
+"""What tuning shows people: progress lines, Triton's message, candidate
+tables with the reason each winner won, and the report page (its HTML;
+tests/test_report_browser.py opens it in a browser)."""
+import json
+import logging
+import os
+import re
+import sys
+
+import pytest
+
+import autotune
+from autotune import codec
+from autotune.cli import cache_tool
+from autotune.records import (CacheKey, Candidate, Config, Entry,
+                              Provenance)
+from autotune.report import page, summary
+from autotune.runtime import progress
+
+import tiny_kernels as tk
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FUSED = os.path.join(ROOT, "testdata", "fused_kernels.textproto")
+DEVICE = "NVIDIA H200/sm_90/sms=132/triton-3.9.0"
+
+
+def tool(*argv):
+    return cache_tool.main([str(a) for a in argv])
+
+
+def entry(times, winner, signature="n=1", device=DEVICE, failed=(),
+          spread=0.02, kernel="k"):
+    """An entry whose candidates are BLOCK=b with the given times."""
+    cands = [Candidate(Config({"BLOCK": b}), t) for b, t in times.items()]
+    cands += [Candidate(Config({"BLOCK": b}), 0.0, kind, "boom")
+              for b, kind in failed]
+    best = Config({"BLOCK": winner})
+    return Entry(CacheKey(device, kernel, "f" * 16, signature), best,
+                 times[winner], sorted(cands, key=lambda c: c.config.sort_key),
+                 Provenance("3.9.0", "2.13.0", "12.8", "2026-11-29T10:00:00Z",
+                            spread, "exhaustive", 1.5))
+
+
+# -- why the winner won ---------------------------------------------------
+
+def test_reason_fastest():
+    kind, text = summary.winner_reason(entry({16: 30.0, 32: 10.0}, 32))
+    assert kind == "fastest" and text == "fastest"
+
+
+def test_reason_smaller_config_kept_in_the_margin():
+    kind, text = summary.winner_reason(entry({16: 10.3, 32: 10.0}, 16))
+    assert kind == "smaller"
+    assert "BLOCK=32" in text and "5%" in text
+
+
+def test_reason_incumbent_kept_in_the_margin():
+    # A larger config than the fastest, and slower: only the incumbent
+    # wins that way.
+    kind, text = summary.winner_reason(entry({16: 10.0, 32: 10.4}, 32))
+    assert kind == "incumbent" and "8%" in text and "BLOCK=16" in text
+
+
+def test_reason_fastest_that_beat_a_smaller_one_head_to_head():
+    kind, text = summary.winner_reason(entry({16: 10.5, 32: 10.0}, 32))
+    assert kind == "fastest" and "beat the smaller BLOCK=16" in text
+
+
+def test_record_rows_carry_ratio_spread_and_failures():
+    record = summary.fusion_record(
+        *(lambda e: (e.key, e))(entry({16: 20.0, 32: 10.0}, 32,
+                                      failed=[(64, "OUT_OF_RESOURCES")])))
+    rows = record["candidates"]
+    assert [r["config"] for r in rows] == [
+        "BLOCK=32 num_warps=4 num_stages=3",
+        "BLOCK=16 num_warps=4 num_stages=3",
+        "BLOCK=64 num_warps=4 num_stages=3"]
+    assert rows[0]["winner"] and rows[0]["ratio"] == 1.0
+    assert rows[0]["spread"] == 0.02 and rows[1]["spread"] is None
+    assert rows[1]["ratio"] == 2.0
+    assert rows[2]["failure"] == "OUT_OF_RESOURCES"
+    assert rows[2]["run_time_us"] is None
+
+
+# -- show --candidates ------------------------------------------------------
+
+def test_show_candidates_table(capsys):
+    assert tool("show", "--candidates", FUSED, "--kernel",
+                "layernorm_kernel") == 0
+    out = capsys.readouterr().out
+    assert "2 fusions of layernorm_kernel" in out
+    assert "matmul" not in out
+    # n_cols=80: the incumbent num_warps=4 kept over a 4% faster num_warps=2.
+    block = out.split("n_cols=80")[1]
+    assert "incumbent kept within the margin" in block
+    assert re.search(r"\* BLOCK=128 num_warps=4 num_stages=2 +22054\.876 +"
+                     r"1\.000 +8\.7%", block)
+    assert re.search(r"BLOCK=128 num_warps=2 num_stages=2 +21141\.813 +"
+                     r"0\.959", block)
+
+
+def test_show_candidates_json_is_the_record_schema(capsys):
+    assert tool("show", "--candidates", "--json", FUSED) == 0
+    shown = json.loads(capsys.readouterr().out)
+    expected = summary.fusion_records(codec.load_results(FUSED))
+    assert shown["fusions"] == json.loads(json.dumps(expected))
+    assert {f["reason"] for f in shown["fusions"]} <= set(summary.REASONS)
+    assert all(len(f["candidates"]) == 6 for f in shown["fusions"])
+
+
+def test_kernel_without_candidates_is_usage_error(capsys):
+    assert tool("show", FUSED, "--kernel", "x") == 2
+
+
+# -- progress while tuning --------------------------------------------------
+
+@pytest.fixture
+def tuning_log(caplog):
+    logger = logging.getLogger("autotune")
+    logger.propagate = True
+    caplog.set_level(logging.DEBUG, logger="autotune.tuning")
+    yield caplog
+    logger.propagate = False
+    autotune.runtime.session.set_current(None)
+
+
+def _tune_lines(caplog, verbosity):
+    autotune.configure(autotune_verbosity=verbosity)
+    caplog.clear()
+    tk.run(tk.make_tuner(), 20)
+    return [(r.levelno, r.getMessage()) for r in caplog.records
+            if r.name == "autotune.tuning"]
+
+
+def test_normal_verbosity_prints_start_and_end(tuning_log):
+    lines = _tune_lines(tuning_log, "normal")
+    info = [m for level, m in lines if level == logging.INFO]
+    assert len(info) == 2
+    assert info[0].startswith("autotune: tuning axpb_kernel [n=20;")
+    assert info[0].endswith("4 candidates")
+    assert "winner BLOCK=" in info[1] and "runner-up BLOCK=" in info[1]
+    assert "failed: 1 COMPILE_ERROR, 1 WRONG_RESULT" in info[1]
+    assert re.search(r"4 measured in \d+\.\d\d s$", info[1])
+    # The candidate lines are there for a logger set to DEBUG.
+    debug = [m for level, m in lines if level == logging.DEBUG]
+    assert [m.split("]")[0].strip() for m in debug] == [
+        "[1/4", "[2/4", "[3/4", "[4/4"]
+
+
+def test_verbose_prints_every_candidate(tuning_log):
+    lines = _tune_lines(tuning_log, "verbose")
+    info = [m for level, m in lines if level == logging.INFO]
+    assert len(info) == 6
+    assert re.match(r"  \[1/4\] BLOCK=16 BUG=0 num_warps=2 num_stages=3 "
+                    r"\.\.\. \d+\.\d{3} ms", info[1])
+    assert "[3/4] BLOCK=64 BUG=1" in info[3] and "WRONG_RESULT" in info[3]
+    assert "COMPILE_ERROR" in info[4]
+
+
+def test_quiet_says_nothing_at_info(tuning_log):
+    lines = _tune_lines(tuning_log, "quiet")
+    assert lines and all(level == logging.DEBUG for level, _ in lines)
+
+
+def test_verbosity_flag_parses():
+    from autotune import flags
+    assert flags.parse("--autotune_verbosity=verbose").autotune_verbosity \
+        == "verbose"
+    with pytest.raises(autotune.AutotuneError):
+        flags.parse("--autotune_verbosity=loud")
+
+
+def test_terminal_gets_one_updating_line(capsys):
+    class Result:
+        seconds = 0.1
+        best = Candidate(Config({"BLOCK": 32}), 10.0)
+        candidates = [best, Candidate(Config({"BLOCK": 16}), 12.0)]
+    p = progress.TuningProgress("k", "n=1", 2, terminal=True)
+    p.start()
+    for cand in Result.candidates:
+        p.measured(cand)
+    p.finish(Result)
+    err = capsys.readouterr().err
+    assert "\r\x1b[K  [1/2] BLOCK=32" in err and "\r\x1b[K  [2/2]" in err
+    assert err.count("\n") == 2  # only the start and end lines end one
+
+
+# -- Triton's message ---------------------------------------------------------
+
+def test_triton_print_autotuning_message(session_factory, capsys,
+                                         monkeypatch):
+    from triton import knobs
+    monkeypatch.setattr(knobs.autotuning, "print", True)
+    session_factory(autotune_verbosity="quiet")
+    tuned = tk.make_tuner()
+    tk.run(tuned, 20)
+    tk.run(tuned, 20)  # a memo hit: printed once, as Triton does
+    out = capsys.readouterr().out
+    assert out.count("Triton autotuning for function") == 1
+    assert re.search(
+        r"Triton autotuning for function axpb_kernel,\nwith key as "
+        r"\(20, 'torch\.float32', 'torch\.float32'\),\nfinished after "
+        r"\d+\.\d\ds,\nbest config selected: BLOCK: (16|32), BUG: 0, "
+        r"num_warps: \d, num_ctas: 1, num_stages: 3, maxnreg: None, "
+        r"ir_override: None;", out), out
+
+
+def test_triton_message_silent_by_default(session_factory, capsys,
+                                          monkeypatch):
+    from triton import knobs
+    monkeypatch.setattr(knobs.autotuning, "print", False)
+    session_factory(autotune_verbosity="quiet")
+    tk.run(tk.make_tuner(), 20)
+    assert "Triton autotuning" not in capsys.readouterr().out
+
+
+# -- the report page ----------------------------------------------------------
+
+def test_report_page_is_self_contained(tmp_path, capsys):
+    out = tmp_path / "report.html"
+    assert tool("report", FUSED, "-o", out) == 0
+    text = out.read_text()
+    assert text.count('<figure class="fusion-chart"') == 6
+    assert text.count("<svg") == 6
+    # Nothing to fetch: no external URL in any src/href, no <script src>,
+    # no @import or url() to a remote resource.
+    refs = re.findall(r'(?:src|href)="([^"]*)"', text)
+    assert all(r.startswith("#") for r in refs), refs
+    assert "http://" not in text.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "").replace(
+        'xmlns:xlink="http://www.w3.org/1999/xlink"', "")
+    assert "@import" not in text and "<link" not in text
+    # Element ids are unique across the inline charts.
+    ids = re.findall(r' id="([^"]+)"', text)
+    assert len(ids) == len(set(ids))
+
+
+def test_report_with_base_lists_changed_first(tmp_path):
+    new = [entry({16: 10.0, 32: 20.0}, 16, "n=1"),
+           entry({16: 10.0, 32: 20.0}, 16, "n=2"),
+           entry({16: 30.0, 32: 9.0}, 32, "n=3")]
+    old = [entry({16: 10.0, 32: 20.0}, 16, "n=1"),
+           entry({16: 12.0, 32: 11.0}, 32, "n=2"),
+           entry({16: 10.0, 32: 20.0}, 16, "n=4")]
+    pn, po = tmp_path / "new.textproto", tmp_path / "old.textproto"
+    codec.dump_results(new, pn)
+    codec.dump_results(old, po)
+    out = tmp_path / "r.html"
+    assert tool("report", pn, "--base", po, "-o", out) == 0
+    text = out.read_text()
+    assert "1 winner(s) changed, 1 added, 1 removed" in text
+    changed = text.split('<table id="changed">')[1].split("</table>")[0]
+    assert "n=2" in changed and "11.000" not in changed  # times in ms
+    assert "0.011 ms" in changed and "0.010 ms" in changed
+    assert "n=3" in text.split('<table id="added">')[1].split("</table>")[0]
+    assert "n=4" in text.split('<table id="removed">')[1].split(
+        "</table>")[0]
+    # The changed fusion's chart comes first.
+    first = text.split('<figure class="fusion-chart"')[1]
+    assert 'data-signature="n=2"' in first
+
+
+def test_report_base_of_another_device_says_so(tmp_path, capsys):
+    new = [entry({16: 10.0, 32: 20.0}, 16, "n=1")]
+    old = [entry({16: 10.0, 32: 20.0}, 32, "n=1",
+                 device="NVIDIA A100/sm_80/sms=108/triton-3.9.0")]
+    pn, po = tmp_path / "new.textproto", tmp_path / "old.textproto"
+    codec.dump_results(new, pn)
+    codec.dump_results(old, po)
+    out = tmp_path / "r.html"
+    assert tool("report", pn, "--base", po, "-o", out) == 0
+    err = capsys.readouterr().err
+    assert "another device, so no entry is compared" in err
+    text = out.read_text()
+    assert "another device" in text and 'id="changed"' not in text
+    assert 'id="added"' not in text and 'id="removed"' not in text
+
+
+def test_report_on_corrupt_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.textproto"
+    bad.write_text("entries { device: \n")
+    out = tmp_path / "r.html"
+    assert tool("report", FUSED, bad, "-o", out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bad) in err
+    assert not out.exists()
+
+
+def test_report_without_matplotlib_says_how_to_install(tmp_path, capsys,
+                                                       monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert tool("report", FUSED, "-o", tmp_path / "r.html") == 2
+    err = capsys.readouterr().err
+    assert "pip install 'rules_autotune[report]'" in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_dump_target_writes_the_page_next_to_its_dump(session_factory,
+                                                      tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_UNDECLARED_OUTPUTS_DIR", str(tmp_path))
+    sess = session_factory(
+        dump_autotune_results_to=str(tmp_path / "autotune_cache.textproto"),
+        autotune_verbosity="quiet")
+    tk.run(tk.make_tuner(), 20)
+    sess.finish()
+    text = (tmp_path / "autotune_report.html").read_text()
+    assert text.count('<figure class="fusion-chart"') == 1
+    assert "COMPILE_ERROR" in text and "WRONG_RESULT" in text
+    report = json.loads((tmp_path / "autotune_report.json").read_text())
+    fusion = report["fusions"][0]
+    assert fusion["status"] == "tuned" and len(fusion["candidates"]) == 4
+    assert sum(r["winner"] for r in fusion["candidates"]) == 1
+    # One schema: the report's record is the one show --candidates gives.
+    dumped = codec.load_results(str(tmp_path / "autotune_cache.textproto"))
+    record = summary.fusion_record(dumped[0].key, dumped[0],
+                                   status="tuned", source=None)
+    assert set(fusion) == set(record)
+    assert fusion["candidates"] == json.loads(json.dumps(
+        record["candidates"]))
+
+
+def test_dump_without_matplotlib_is_a_note(session_factory, tmp_path,
+                                           monkeypatch, caplog):
+    monkeypatch.setenv("TEST_UNDECLARED_OUTPUTS_DIR", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    sess = session_factory(
+        dump_autotune_results_to=str(tmp_path / "autotune_cache.textproto"),
+        autotune_verbosity="quiet")
+    tk.run(tk.make_tuner(), 20)
+    logging.getLogger("autotune").propagate = True
+    try:
+        with caplog.at_level(logging.INFO, logger="autotune"):
+            sess.finish()
+    finally:
+        logging.getLogger("autotune").propagate = False
+    assert not (tmp_path / "autotune_report.html").exists()
+    notes = [r.getMessage() for r in caplog.records
+             if "no report page" in r.getMessage()]
+    assert len(notes) == 1 and "rules_autotune[report]" in notes[0]
+    assert (tmp_path / "autotune_cache.textproto").exists()
+
+
+def test_page_has_a_chart_with_the_winner_and_noise_band():
+    record = summary.fusion_record(
+        *(lambda e: (e.key, e))(entry({16: 20.0, 32: 10.0}, 32, spread=0.1,
+                                      failed=[(64, "TIMEOUT")])))
+    svg = page.chart_svg(record, salt="t")
+    assert svg.startswith("<svg") and "TIMEOUT" in svg
+    assert "opacity: 0.15" in svg  # the noise band
+    assert "#2a7ab9" in svg  # the winner's bar
+
+
+def test_regenerate_prints_one_page_for_the_run(tmp_path, capsys,
+                                                monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import regenerate
+    monkeypatch.setattr(regenerate.tempfile, "tempdir", str(tmp_path))
+    workspace = tmp_path / "ws"
+    (workspace / "testdata").mkdir(parents=True)
+    old = [entry({16: 10.0, 32: 20.0}, 16, "n=1"),
+           entry({16: 10.0, 32: 20.0}, 16, "n=2")]
+    codec.dump_results(old, workspace / "testdata" / "a.textproto")
+    targets, results = {}, {}
+    for name, dumped in (("a", [entry({16: 10.0, 32: 5.0}, 32, "n=1"),
+                                entry({16: 10.0, 32: 20.0}, 16, "n=2")]),
+                         ("b", [entry({16: 3.0, 32: 5.0}, 16, "n=7")])):
+        logs = tmp_path / "logs" / name
+        (logs / "test.outputs").mkdir(parents=True)
+        codec.dump_results(dumped,
+                           logs / "test.outputs" / "autotune_cache.textproto")
+        target = f"//p:{name}_autotune_dump"
+        targets[target] = f"testdata/{name}.textproto"
+        results[target] = (True, str(logs))
+    assert regenerate.write_results(targets, results, str(workspace),
+                                    set()) == 0
+    out = capsys.readouterr().out
+    pages = re.findall(r"regenerate: report page (\S+)", out)
+    assert len(pages) == 1 and pages[0].startswith(str(tmp_path))
+    text = open(pages[0]).read()
+    assert "testdata/a.textproto, testdata/b.textproto" in text
+    assert "1 winner(s) changed, 1 added, 0 removed" in text
+    assert text.count('<figure class="fusion-chart"') == 3
