@@ -397,9 +397,9 @@ def cmd_rekey(args):
         materialize(entries, path)
         plans.append((path, entries) + rekey_entries(
             entries, tuners, set(args.assume_unchanged)))
-    for path, old, new, report in plans:
+    for path, old, new, verdicts in plans:
         moved = 0
-        for verdict, entry, why in report:
+        for verdict, entry, why in verdicts:
             moved += verdict == "rekeyed"
             if verdict == "rekeyed" or args.verbose or \
                     why != "already current":
