@@ -8,11 +8,13 @@ Every flag has a keyword of the same name in autotune.configure().
 """
 import dataclasses
 import os
+import re
 import shlex
 
 from absl import flags as absl_flags
 
 from autotune.errors import AutotuneError
+from autotune.log import redact_text
 
 ENV_VAR = "AUTOTUNE_FLAGS"
 BACKEND_NAMES = ("auto", "gpu", "interpreter")
@@ -218,12 +220,21 @@ def parse(text, env=None):
     try:
         argv = shlex.split(text or "")
     except ValueError as e:
-        raise AutotuneFlagsError(f"{ENV_VAR}: cannot split {text!r}: {e}")
-    for arg in argv:
+        # Never the value itself: it may hold a URL with a password, and
+        # with an unbalanced quote no part of it can be trusted to be one.
+        named = re.findall(r"(?<![^\s'\"])--?([A-Za-z_]+)", text)
+        raise AutotuneFlagsError(
+            f"{ENV_VAR}: cannot split into flags ({e}; check the quotes)"
+            + (f"; it names {', '.join('--' + n for n in named)}"
+               if named else ""))
+    for number, arg in enumerate(argv, 1):
         if not arg.startswith("-"):
+            # Not quoted: it may be the part of a password after a space.
+            after = f" (after {argv[number - 2].split('=')[0]})" \
+                if number > 1 and argv[number - 2].startswith("-") else ""
             raise AutotuneFlagsError(
-                f"{ENV_VAR}: {arg!r} is not a flag (flags look like "
-                "--name=value)")
+                f"{ENV_VAR}: item {number}{after} is not a flag (flags look "
+                "like --name=value; a value with spaces needs quotes)")
     try:
         values(["autotune"] + argv, known_only=False)
     except absl_flags.UnrecognizedFlagError as e:
@@ -231,7 +242,7 @@ def parse(text, env=None):
             f"{ENV_VAR}: unknown flag --{e.flagname}; known flags: "
             + ", ".join("--" + n for n in flag_names()))
     except absl_flags.Error as e:
-        raise AutotuneFlagsError(f"{ENV_VAR}: {e}")
+        raise AutotuneFlagsError(f"{ENV_VAR}: {redact_text(e)}")
     for name in flag_names():
         if name not in LIST_FLAGS and values[name].present > 1:
             raise AutotuneFlagsError(

@@ -60,7 +60,8 @@ def configure(config):
 
 
 def _usage(message):
-    return pytest.UsageError(f"autotune: {message}")
+    from autotune.log import redact_text  # a URL's password never shows
+    return pytest.UsageError(f"autotune: {redact_text(message)}")
 
 
 class Settings:
@@ -82,6 +83,11 @@ class Settings:
         ini_dir = str(config.inipath.parent) if config.inipath \
             else str(config.rootpath)
         cache = opt.autotune_cache
+        given = cache or str(config.getini(INI_CACHE) or "").strip()
+        if "://" in given:
+            raise _usage(f"{given}: the cache is a results file; a remote "
+                         "cache is set with AUTOTUNE_FLAGS="
+                         "--autotune_remote_cache=URL")
         if cache:
             cache = os.path.join(str(config.invocation_params.dir), cache)
         else:

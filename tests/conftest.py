@@ -39,3 +39,10 @@ def redis_db(server):
     client.flushall()
     yield client
     client.close()
+
+
+def pytest_configure(config):
+    for marker in ("slow: takes more than about 10 s",
+                   "redis: starts a redis-server",
+                   "bazel: runs bazel"):
+        config.addinivalue_line("markers", marker)

@@ -7,7 +7,7 @@ import sys
 
 from autotune import codec
 from autotune.cache.remote_namespace import read_remote
-from autotune.cache.remote import is_remote_url
+from autotune.cache.remote import is_remote_url, redact
 from autotune.cache.tiers import PerFusionDirectory
 from autotune.errors import CacheFileError, ToolError
 
@@ -107,7 +107,8 @@ def write_cache(entries, path, inputs=()):
     """Writes a results file, or a per-fusion directory when `path` is a
     directory or ends with a slash."""
     if is_remote_url(path):
-        raise ToolError(f"{path}: a remote cache is written with `push` "
+        raise ToolError(f"{redact(path)}: a remote cache is written with "
+                        "`push` "
                         "(its policies decide conflicts with the server's "
                         "entries), not as an output file")
     real = os.path.realpath(path)

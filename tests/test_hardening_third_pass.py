@@ -1,0 +1,229 @@
+"""Hardening, third pass: no password in any message, special files never
+replaced, bounded reads, and the rough edges found with them. Each test
+names what it guards against."""
+import json
+import math
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import urllib.parse
+
+import pytest
+
+import autotune
+from autotune import codec, flags
+from autotune.cache.tiers import PerFusionDirectory
+from autotune.cli import cache_tool
+from autotune.errors import AutotuneError, CacheFileError
+from autotune.runtime import session as runtime_session
+
+import tiny_kernels as tk
+from test_results_io import make_entries
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLUGIN = ("-p", "pytest_autotune")
+
+
+def tool(*argv):
+    return cache_tool.main([str(a) for a in argv])
+
+
+def one_line_error(capsys, *needles):
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    for needle in needles:
+        assert str(needle) in err, err
+    return err
+
+
+def limited_memory(extra=2 << 30):
+    """For a child that, were a read unbounded, would fill the memory: its
+    address space is capped at what it has plus `extra` (set after its
+    imports, which map a lot)."""
+    return textwrap.dedent(f"""
+        import os, resource
+        _vm = int(open("/proc/self/statm").read().split()[0]) * \\
+            os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (_vm + {extra},) * 2)
+    """)
+
+
+def run_tool(argv, **options):
+    """The cache tool in a child process with capped memory."""
+    script = ("import sys\nfrom autotune.cli import cache_tool\n"
+              + limited_memory() + "sys.exit(cache_tool.main(sys.argv[1:]))")
+    return subprocess.run([sys.executable, "-c", script] + [
+        str(a) for a in argv], capture_output=True, text=True, cwd=ROOT,
+        env=environment(), timeout=60, **options)
+
+
+def environment(**extra):
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+    for name in ("AUTOTUNE_FLAGS", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+def good_file(tmp_path, ext=".textproto", n=3):
+    path = tmp_path / ("good" + ext)
+    codec.dump_results(make_entries(n), path)
+    return path
+
+
+# -- 1. a password never reaches a message --------------------------------
+
+SECRET = "Sekr3tPw"
+# Every shape a password has been seen to leak through.
+HOSTILE_URLS = [
+    f"redis://h:1/0?password={SECRET}",
+    f"redis://h:1/0?prefix=team&password={SECRET}",
+    f"redis://bob:{SECRET}/cd@host:6379/0",
+    f"redis://bob:{SECRET}@x@host:6379/0",
+    f"redis://bob:ab:{SECRET}@host:6379/0",
+    f"redis://:{SECRET}@host/0",
+    f"redis://bob:{urllib.parse.quote(SECRET + '/@:')}@host/0",
+    f"rediss://bob:{SECRET}?x@host/0",
+    f"redis://bob:{SECRET}#@host/0",
+    f"redis://h:1/0#{SECRET}",
+    f"redis://h:1/0?{SECRET}",
+    f"redis://bob:{SECRET}",
+    f"redis://bob:{SECRET}/0",
+    f"redis:bob:{SECRET}@host/0",
+]
+
+
+def assert_no_secret(*texts):
+    for text in texts:
+        text = text if isinstance(text, str) else text.decode(
+            "utf-8", "replace")
+        for form in (SECRET, SECRET[:5], urllib.parse.quote(SECRET)):
+            assert form not in text, text
+
+
+@pytest.mark.parametrize("url", HOSTILE_URLS)
+def test_no_password_in_runtime_messages(url, session_factory, capsys):
+    with pytest.raises(AutotuneError) as info:
+        session_factory(autotune_remote_cache=url)
+    assert "--autotune_remote_cache" in str(info.value)
+    captured = capsys.readouterr()
+    assert_no_secret(str(info.value), captured.out, captured.err)
+
+
+@pytest.mark.parametrize("value", [
+    "--autotune_remote_cache='{url}",                    # unbalanced '
+    '--autotune_remote_cache="{url} --autotune_workers=2',  # unbalanced "
+    "--autotune_remote_cache={url}",
+    "--autotune_remote_cache='{url}' --autotune_remote_cache_timeout_s=nan",
+    "--autotune_remote_cache=redis://bob:{secret} word@h/0",  # a space
+    "--autotune_remote_cache redis://bob:{secret}@h/0",
+    "--autotune_remote_cache_timeout_s=redis://bob:{secret}@h/0",
+])
+def test_no_password_in_autotune_flags_errors(value, monkeypatch, capsys):
+    for url in HOSTILE_URLS[:6]:
+        monkeypatch.setenv("AUTOTUNE_FLAGS",
+                           value.format(url=url, secret=SECRET))
+        monkeypatch.setattr(runtime_session, "_SESSION", None)
+        with pytest.raises(AutotuneError) as info:
+            runtime_session.session()
+        captured = capsys.readouterr()
+        assert_no_secret(str(info.value), captured.out, captured.err)
+    monkeypatch.setattr(runtime_session, "_SESSION", None)
+
+
+def test_unbalanced_quote_names_the_flags_not_the_value():
+    with pytest.raises(flags.AutotuneFlagsError) as info:
+        flags.parse(f"--autotune_workers=2 --autotune_remote_cache='"
+                    f"redis://bob:{SECRET}@h/0")
+    assert str(info.value) == (
+        "AUTOTUNE_FLAGS: cannot split into flags (No closing quotation; "
+        "check the quotes); it names --autotune_workers, "
+        "--autotune_remote_cache")
+
+
+def test_redacted_url_keeps_what_helps():
+    redact = autotune.cache.remote.redact
+    assert redact(f"redis://bob:{SECRET}/cd@host:6379/0") == \
+        "redis://***@host:6379/0"
+    assert redact(f"redis://h:1/0?prefix=team&password={SECRET}") == \
+        "redis://h:1/0?prefix=team&password=***"
+    assert redact("redis://h:1/0") == "redis://h:1/0"
+    assert redact("redis://[::1]:6380/0") == "redis://[::1]:6380/0"
+
+
+@pytest.mark.parametrize("url", HOSTILE_URLS)
+def test_no_password_in_tool_output(url, tmp_path, capsys):
+    good = good_file(tmp_path)
+    out = tmp_path / "out.textproto"
+    for argv in (["stats", url], ["show", "--json", url], ["diff", good, url],
+                 ["merge", good, url, "-o", out], ["verify", url],
+                 ["convert", good, url], ["push", good, "--to", url],
+                 ["pull", "--from", url, "-o", out]):
+        assert tool(*argv) == 2, argv
+        captured = capsys.readouterr()
+        assert_no_secret(captured.out, captured.err)
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_no_password_through_the_pytest_plugin(tmp_path):
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nautotune_cache = cache.textproto\n")
+    codec.dump_results([], tmp_path / "cache.textproto")
+    runs = []
+    for url in HOSTILE_URLS[:8]:
+        for env_flags, args in (
+                (f"--autotune_remote_cache='{url}", ()),
+                (f"--autotune_remote_cache={url}", ()),
+                ("", (f"--autotune-cache={url}",))):
+            run = subprocess.run(
+                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                 *PLUGIN, *args], cwd=tmp_path, capture_output=True,
+                env=environment(AUTOTUNE_FLAGS=env_flags), timeout=120)
+            runs.append(run)
+            assert run.returncode == 4, run.stdout + run.stderr
+            assert_no_secret(run.stdout, run.stderr)
+    assert b"cannot split into flags" in runs[0].stderr
+
+
+@pytest.mark.redis
+def test_no_password_in_the_report_or_summary(tmp_path, monkeypatch,
+                                              capsys):
+    from redis_support import RedisServer
+    srv = RedisServer(password="the-right-one")
+    try:
+        monkeypatch.setenv("AUTOTUNE_REMOTE_CACHE_PASSWORD", SECRET)
+        report = tmp_path / "report.json"
+        url = srv.url.replace("redis://", "redis://bob@")
+        sess = autotune.configure(autotune_remote_cache=url,
+                                  autotune_report_to=str(report))
+        tk.run(tk.make_tuner(), 40)
+        sess.finish()
+        data = report.read_bytes()
+        assert json.loads(data)["remote"]["switched_off"]
+        assert "bob@127.0.0.1" in json.loads(data)["remote"]["url"]
+        captured = capsys.readouterr()
+        assert "remote cache" in captured.err
+        assert_no_secret(data, captured.out, captured.err)
+        # The tool's messages for the same server.
+        assert tool("stats", url) == 2
+        captured = capsys.readouterr()
+        assert "bob@127.0.0.1" in captured.err
+        assert_no_secret(captured.out, captured.err)
+    finally:
+        runtime_session._SESSION = None
+        srv.stop()
+
+
+def test_the_library_logger_redacts_any_url(capsys):
+    autotune.log.get("test").warning(
+        "autotune: about redis://bob:%s@h/0", SECRET)
+    err = capsys.readouterr().err
+    assert "redis://***@h/0" in err
+    assert_no_secret(err)
