@@ -227,3 +227,93 @@ def test_the_library_logger_redacts_any_url(capsys):
     err = capsys.readouterr().err
     assert "redis://***@h/0" in err
     assert_no_secret(err)
+
+
+# -- 2. writing never replaces a special file --------------------------------
+
+def mknod_copy(tmp_path, name, major, minor):
+    """A character device like /dev/null (1, 3) or /dev/full (1, 7) in
+    tmp_path, so that a regression replaces the copy, not the machine's."""
+    path = tmp_path / name
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    except (PermissionError, OSError):
+        pytest.skip("needs root (mknod)")
+    return path
+
+
+def is_char_device(path):
+    return stat.S_ISCHR(os.lstat(path).st_mode)
+
+
+def test_convert_into_a_fifo_writes_through(tmp_path):
+    good = good_file(tmp_path)
+    fifo = tmp_path / "out.textproto"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(
+        fifo.read_bytes()), daemon=True)
+    reader.start()
+    assert tool("convert", good, fifo) == 0
+    reader.join(30)
+    assert received == [good.read_bytes()]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "good.textproto", "out.textproto"]  # no temporary file left
+
+
+@pytest.mark.parametrize("command", ["convert", "merge", "prune"])
+def test_output_to_a_null_device_discards(tmp_path, command):
+    good = good_file(tmp_path)
+    null = mknod_copy(tmp_path, "null", 1, 3)
+    argv = {"convert": ["convert", good, null],
+            "merge": ["merge", good, "-o", null],
+            "prune": ["prune", good, "-o", null, "--device", "x"]}[command]
+    assert tool(*argv) == 0
+    assert is_char_device(null)
+    # Only once a copy survived: the machine's own /dev/null.
+    argv[-1] = "/dev/null"
+    assert tool(*argv) == 0
+    assert is_char_device("/dev/null")
+
+
+def test_output_to_a_full_device_is_one_line_exit_2(tmp_path, capsys):
+    good = good_file(tmp_path)
+    full = mknod_copy(tmp_path, "full", 1, 7)
+    assert tool("convert", good, full) == 2
+    one_line_error(capsys, f"{full}: cannot write: No space left on device")
+    assert is_char_device(full)
+    assert tool("convert", good, "/dev/full") == 2
+    one_line_error(capsys, "/dev/full: cannot write: No space left")
+    assert is_char_device("/dev/full")
+
+
+def test_report_and_dump_to_null_devices(tmp_path, session_factory):
+    null = mknod_copy(tmp_path, "null", 1, 3)
+    sess = session_factory(autotune_report_to=str(null),
+                           dump_autotune_results_to=str(null))
+    tk.run(tk.make_tuner(), 40)
+    sess.finish()
+    assert is_char_device(null)
+
+
+def test_symlink_loop_as_output_is_one_line_exit_2(tmp_path, capsys):
+    good = good_file(tmp_path)
+    a, b = tmp_path / "a.textproto", tmp_path / "b.textproto"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    assert tool("convert", good, a) == 2
+    one_line_error(capsys, f"{a}: is a symbolic link loop")
+    assert a.is_symlink() and b.is_symlink()
+
+
+def test_a_socket_as_output_is_refused(tmp_path, capsys):
+    import socket
+    good = good_file(tmp_path)
+    path = tmp_path / "sock.textproto"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+        assert tool("convert", good, path) == 2
+        one_line_error(capsys, "is a socket, not a regular file; not "
+                       "replaced")
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)

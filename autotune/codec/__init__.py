@@ -13,8 +13,8 @@ their bytes or lines.
 from autotune.codec.binary import decode_heads, is_message_backed
 from autotune.codec.files import (atomic_write, check_duplicates, decode,
                                   dump_results, encode, encode_chunks,
-                                  load_results, no_gc, read_bytes,
-                                  sort_entries, write_temp)
+                                  is_regular_file, load_results, no_gc,
+                                  read_bytes, sort_entries, write_temp)
 from autotune.codec.schema import FORMAT_VERSION
 from autotune.codec.text import (TEXT_EXTENSIONS, copyable_rest, decode_text,
                                  decode_text_slow, is_text_path)
@@ -23,6 +23,7 @@ from autotune.errors import CacheFileError
 __all__ = ["CacheFileError", "FORMAT_VERSION", "TEXT_EXTENSIONS",
            "atomic_write", "check_duplicates", "copyable_rest", "decode",
            "decode_heads", "decode_text", "decode_text_slow", "dump_results",
-           "encode", "encode_chunks", "is_message_backed", "is_text_path",
-           "load_results", "no_gc", "read_bytes", "sort_entries",
+           "encode", "encode_chunks", "is_message_backed",
+           "is_regular_file", "is_text_path", "load_results", "no_gc",
+           "read_bytes", "sort_entries",
            "write_temp"]

@@ -1,9 +1,11 @@
 """Results files on disk: the format by extension, the crc32 line of text
 files, duplicate keys, and one atomic writer for every cache file."""
 import contextlib
+import errno
 import gc
 import os
 import secrets
+import stat
 import zlib
 
 from autotune.codec import binary, text
@@ -104,6 +106,17 @@ def check_duplicates(entries, path):
         seen[entry.key] = entry
 
 
+def _kind(mode):
+    for test, name in ((stat.S_ISCHR, "a character device"),
+                       (stat.S_ISFIFO, "a pipe"),
+                       (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def read_bytes(path):
     """The bytes of a cache file; CacheFileError naming it if unreadable."""
     try:
@@ -122,6 +135,14 @@ def load_results(path, parse_all=False):
     """Reads a results file; raises CacheFileError naming it on any problem.
     parse_all: see decode()."""
     return decode(read_bytes(path), path, parse_all)
+
+
+def is_regular_file(path):
+    """Whether `path` is a regular file or a link to one."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def _write_chunks(f, data):
@@ -162,16 +183,35 @@ def atomic_write(path, data):
     data: bytes, or an iterable of bytes chunks (written as they come).
 
     A symlink at `path` is written through: its target is replaced and the
-    link stays. Failures raise CacheFileError naming `path`, and leave the
-    old file as it was.
+    link stays. What stands at `path` is replaced only when it is a regular
+    file: a character device or a pipe is written through (/dev/null
+    discards, /dev/full fails), anything else is refused, so that no
+    device or special file is ever replaced by a regular one. Failures
+    raise CacheFileError naming `path`, and leave the old file as it was.
     """
     path = os.fspath(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CacheFileError(path, "is a symbolic link loop; not "
+                                 "written") from None
+        raise CacheFileError(path, f"cannot write: {e.strerror or e}") \
+            from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        if stat.S_ISDIR(info.st_mode):
+            raise CacheFileError(path, "is a directory")
+        if stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode):
+            _write_through(path, data)
+            return
+        raise CacheFileError(path, f"is {_kind(info.st_mode)}, not a "
+                             "regular file; not replaced")
     target = os.path.realpath(path) if os.path.islink(path) else path
     directory = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(directory):
         raise CacheFileError(path, f"directory {directory} does not exist")
-    if os.path.isdir(target):
-        raise CacheFileError(path, "is a directory")
     try:
         tmp = write_temp(target, data)
     except OSError as e:
@@ -182,6 +222,18 @@ def atomic_write(path, data):
     except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        raise CacheFileError(path, f"cannot write: {e.strerror or e}") \
+            from None
+
+
+def _write_through(path, data):
+    """Writes into a character device or a pipe as it is (no temporary
+    file, no rename: there is nothing to replace atomically)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        with os.fdopen(fd, "wb") as f:
+            _write_chunks(f, data)
+    except OSError as e:
         raise CacheFileError(path, f"cannot write: {e.strerror or e}") \
             from None
 

@@ -145,7 +145,7 @@ class Session:
         dump = self.options.dump_autotune_results_to
         loaded = {os.path.realpath(p)
                   for p in self.options.load_autotune_results_from}
-        if dump and os.path.exists(dump) and \
+        if dump and codec.is_regular_file(dump) and \
                 os.path.realpath(dump) not in loaded:
             # The dump merges into this file at exit: say now, not after
             # the tests ran, that it cannot be read.
@@ -345,7 +345,7 @@ class Session:
         touch, not the fusions a failed run never reached. Returns
         (entries, number kept from the file)."""
         used = self.dump_entries()
-        if not os.path.exists(path):
+        if not codec.is_regular_file(path):  # nothing to keep: /dev/null
             return used, 0
         superseded = set(map(_fusion_of, (e.key for e in used)))
         kept = [e for e in self._read_existing_dump(path)
