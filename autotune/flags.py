@@ -17,6 +17,10 @@ from autotune.errors import AutotuneError
 from autotune.log import redact_text
 
 ENV_VAR = "AUTOTUNE_FLAGS"
+# The largest cache file read: a 1,000,000-entry cache is about 1.5 GB as
+# text, and a read past this stops with one line naming the size (a
+# device or a pipe that never ends must not fill the memory).
+DEFAULT_MAX_CACHE_BYTES = 16 << 30
 BACKEND_NAMES = ("auto", "gpu", "interpreter")
 MISS_POLICIES = ("tune", "nearest", "seeded")
 
@@ -60,6 +64,10 @@ FLAGS = (
         "load_autotune_results_from", "list", (),
         "Comma-separated results files to load at start; may be repeated.",
         path=True),
+    FlagSpec(
+        "autotune_max_cache_bytes", "integer", DEFAULT_MAX_CACHE_BYTES,
+        "The largest results file read (loaded, incumbents, an existing "
+        "dump); a larger one is an error naming its size.", lower_bound=1),
     FlagSpec(
         "require_complete_autotune_results", "bool", False,
         "Fail on any cache miss, listing every missing fusion."),

@@ -317,3 +317,83 @@ def test_a_socket_as_output_is_refused(tmp_path, capsys):
         one_line_error(capsys, "is a socket, not a regular file; not "
                        "replaced")
         assert stat.S_ISSOCK(os.lstat(path).st_mode)
+
+
+# -- 3. reads are bounded --------------------------------------------------
+
+def test_a_pipe_on_stdin_still_works(tmp_path):
+    good = good_file(tmp_path, ".pb")
+    with open(good, "rb") as f:
+        run = run_tool(["show", "-"], stdin=f)
+    assert run.returncode == 0, run.stderr
+    assert "-: 3 entries" in run.stdout
+    # `git show HEAD:x | autotune_cache show -` is a pipe, not a file.
+    run = subprocess.run(f"cat {good} | {sys.executable} -m "
+                         "autotune.cli.cache_tool show -", shell=True,
+                         capture_output=True, text=True, cwd=ROOT,
+                         env=environment(), timeout=60)
+    assert run.returncode == 0 and "-: 3 entries" in run.stdout, run.stderr
+
+
+@pytest.mark.parametrize("argv", [["show", "/dev/zero"],
+                                  ["verify", "/dev/full"],
+                                  ["diff", "/dev/zero", "{good}"],
+                                  ["show", "-"]])
+def test_endless_devices_are_one_line_exit_2(tmp_path, argv):
+    good = good_file(tmp_path)
+    with open("/dev/zero", "rb") as zero:
+        run = run_tool([a.format(good=good) for a in argv], stdin=zero)
+    assert run.returncode == 2, run.stderr
+    lines = (run.stderr + run.stdout).strip().splitlines()
+    assert len(lines) == 1 and "starts with a NUL byte" in lines[0], lines
+
+
+def test_load_from_an_endless_device():
+    script = ("import autotune\n" + limited_memory() + textwrap.dedent("""
+        try:
+            autotune.configure(load_autotune_results_from=["/dev/zero"])
+        except autotune.AutotuneError as e:
+            print(e)
+    """))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                         text=True, env=environment(), timeout=120)
+    assert run.stdout.strip() == (
+        "cannot load autotune results: /dev/zero: not a cache file (a "
+        "character device that starts with a NUL byte)"), run.stderr
+
+
+def test_dump_to_an_endless_device_does_not_read_it(tmp_path):
+    full = mknod_copy(tmp_path, "full", 1, 7)
+    script = "import autotune, tiny_kernels as tk\n" + limited_memory() + \
+        textwrap.dedent(f"""
+        autotune.configure(dump_autotune_results_to={str(full)!r})
+        tk.run(tk.make_tuner(), 40)
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                         text=True, env=environment(), timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert f"autotune: error at exit: {full}: cannot write: No space " \
+        "left on device" in run.stderr
+    assert is_char_device(full)
+
+
+def test_a_cache_over_the_size_limit(tmp_path, capsys, session_factory):
+    good = good_file(tmp_path)
+    size = good.stat().st_size
+    assert tool("show", good, "--max_cache_bytes", size - 1) == 2
+    one_line_error(capsys, f"{good}: {size} bytes, over the limit of "
+                   f"{size - 1} bytes")
+    assert tool("show", good, "--max_cache_bytes", size) == 0
+    capsys.readouterr()
+    with pytest.raises(AutotuneError, match=f"{size} bytes, over the limit"):
+        session_factory(load_autotune_results_from=[str(good)],
+                        autotune_max_cache_bytes=size - 1)
+    run = run_tool(["show", "-", "--max_cache_bytes=100"],
+                   input=good.read_text())  # a pipe: no size of its own
+    assert run.returncode == 2
+    assert "-: more than 100 bytes, over the limit of 100 bytes" in run.stderr
+
+
+def test_default_size_limit_is_far_above_a_million_entries():
+    per_entry = len(codec.encode(make_entries(100), "x.textproto")) / 100
+    assert codec.MAX_CACHE_BYTES > 5 * 1_000_000 * per_entry

@@ -29,6 +29,10 @@ def _looks_like_text(data):
     return head[:1] == b"#" or head[:1].isalpha()
 
 
+# The largest cache the tools read (--max_cache_bytes).
+max_cache_bytes = codec.MAX_CACHE_BYTES
+
+
 def _read_sniffed(path, data, parse_all):
     """Entries of bytes whose format the name does not tell (stdin, a
     pipe such as bash's <(git show ...), an unknown extension)."""
@@ -51,11 +55,14 @@ def read_cache(path, parse_all=False, warn=None):
     if is_remote_url(path):
         return read_remote(path, warn)
     if path == "-":
-        entries = _read_sniffed(path, sys.stdin.buffer.read(), parse_all)
         try:
+            data = codec.read_stream(sys.stdin.buffer, "-", max_cache_bytes)
+            entries = _read_sniffed(path, data, parse_all)
             codec.decode_heads(entries)
         except CacheFileError as e:
             raise ToolError(str(e))
+        except OSError as e:
+            raise ToolError(f"-: cannot read stdin: {e.strerror or e}")
         return entries
     if not os.path.exists(path):
         raise ToolError(f"{path}: no such file or directory")
@@ -64,10 +71,11 @@ def read_cache(path, parse_all=False, warn=None):
             entries = PerFusionDirectory(path, "read").entries()
         elif not codec.is_text_path(path) and \
                 not path.endswith(BINARY_EXTENSIONS):
-            with open(path, "rb") as f:
-                entries = _read_sniffed(path, f.read(), parse_all)
+            entries = _read_sniffed(
+                path, codec.read_bytes(path, max_cache_bytes), parse_all)
         else:
-            entries = codec.load_results(path, parse_all=parse_all)
+            entries = codec.load_results(path, parse_all=parse_all,
+                                         limit=max_cache_bytes)
         # Every subcommand reads the best configs: a malformed one is bad
         # input, reported before anything else happens.
         codec.decode_heads(entries)

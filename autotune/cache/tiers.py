@@ -219,10 +219,10 @@ class ResultsCache:
         self.per_fusion_dir = per_fusion_dir
         self.remote = remote
 
-    def load_file(self, path):
-        """Loads a results file. Two files giving one key different configs
-        is an error naming both."""
-        entries = codec.load_results(path)
+    def load_file(self, path, limit=None):
+        """Loads a results file (at most `limit` bytes). Two files giving
+        one key different configs is an error naming both."""
+        entries = codec.load_results(path, limit=limit)
         # Best configs are decoded now, at C speed for binary files: a
         # malformed one is an error at start-up, not a hit at launch time.
         codec.decode_heads(entries)

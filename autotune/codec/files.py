@@ -11,6 +11,7 @@ import zlib
 from autotune.codec import binary, text
 from autotune.codec.columns import KEY_OF
 from autotune.errors import CacheFileError
+from autotune.flags import DEFAULT_MAX_CACHE_BYTES
 
 
 @contextlib.contextmanager
@@ -106,6 +107,12 @@ def check_duplicates(entries, path):
         seen[entry.key] = entry
 
 
+# The largest cache read, unless a caller says (--autotune_max_cache_bytes,
+# the tool's --max_cache_bytes).
+MAX_CACHE_BYTES = DEFAULT_MAX_CACHE_BYTES
+_CHUNK = 1 << 20
+
+
 def _kind(mode):
     for test, name in ((stat.S_ISCHR, "a character device"),
                        (stat.S_ISFIFO, "a pipe"),
@@ -117,11 +124,46 @@ def _kind(mode):
     return "not a regular file"
 
 
-def read_bytes(path):
-    """The bytes of a cache file; CacheFileError naming it if unreadable."""
+def too_large(path, size, limit, at_least=False):
+    return CacheFileError(
+        path, f"{'more than ' if at_least else ''}{size} bytes, over the "
+        f"limit of {limit} bytes for a cache (raise it with "
+        "--autotune_max_cache_bytes, or --max_cache_bytes for the tool)")
+
+
+def read_stream(f, path, limit=None):
+    """All bytes of an open file, at most `limit` (default MAX_CACHE_BYTES).
+    A regular file is read at once after its size is checked; anything
+    else (a pipe, stdin, a device) in chunks, stopping at the limit or at
+    the first chunk that no cache starts with (a NUL byte: /dev/zero)."""
+    limit = MAX_CACHE_BYTES if limit is None else limit
+    info = os.fstat(f.fileno())
+    if stat.S_ISREG(info.st_mode):
+        if info.st_size > limit:
+            raise too_large(path, info.st_size, limit)
+        return f.read()
+    chunks, size = [], 0
+    while True:
+        chunk = f.read(min(_CHUNK, limit + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        if not chunks and chunk[:1] == b"\0":
+            # Field tag 0 does not exist and text has no NUL bytes.
+            kind = _kind(info.st_mode)
+            raise CacheFileError(path, f"not a cache file ({kind} that "
+                                 "starts with a NUL byte)")
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise too_large(path, limit, limit, at_least=True)
+
+
+def read_bytes(path, limit=None):
+    """The bytes of a cache file, at most `limit` (see read_stream);
+    CacheFileError naming it if unreadable."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            return read_stream(f, path, limit)
     except FileNotFoundError:
         raise CacheFileError(path, "no such file") from None
     except IsADirectoryError:
@@ -131,10 +173,10 @@ def read_bytes(path):
         raise CacheFileError(path, f"cannot read: {e.strerror}") from None
 
 
-def load_results(path, parse_all=False):
+def load_results(path, parse_all=False, limit=None):
     """Reads a results file; raises CacheFileError naming it on any problem.
-    parse_all: see decode()."""
-    return decode(read_bytes(path), path, parse_all)
+    parse_all: see decode(); limit: see read_stream()."""
+    return decode(read_bytes(path, limit), path, parse_all)
 
 
 def is_regular_file(path):

@@ -197,7 +197,8 @@ class Session:
                 f"autotune cache {_workspace_relative(path)} does not exist "
                 f"yet: create it with `{REGENERATE}`, then commit it")
         try:
-            loaded = self.cache.load_file(path)
+            loaded = self.cache.load_file(
+                path, self.options.autotune_max_cache_bytes)
         except (CacheFileError, CacheConflictError) as e:
             raise AutotuneError(f"cannot load autotune results: {e}")
         usable = self.cache.usable_in(loaded)
@@ -220,7 +221,8 @@ class Session:
                      "every fusion is tuned from scratch")
             return
         try:
-            entries = codec.load_results(path)
+            entries = codec.load_results(
+                path, limit=self.options.autotune_max_cache_bytes)
         except CacheFileError as e:
             raise AutotuneError(f"cannot load autotune incumbents: {e}")
         for entry in entries:
@@ -331,7 +333,8 @@ class Session:
 
     def _read_existing_dump(self, path):
         try:
-            return codec.load_results(path)
+            return codec.load_results(
+                path, limit=self.options.autotune_max_cache_bytes)
         except CacheFileError as e:
             raise AutotuneError(
                 f"--dump_autotune_results_to: the existing file cannot be "
