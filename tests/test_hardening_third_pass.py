@@ -397,3 +397,43 @@ def test_a_cache_over_the_size_limit(tmp_path, capsys, session_factory):
 def test_default_size_limit_is_far_above_a_million_entries():
     per_entry = len(codec.encode(make_entries(100), "x.textproto")) / 100
     assert codec.MAX_CACHE_BYTES > 5 * 1_000_000 * per_entry
+
+
+# -- 4. rough edges ----------------------------------------------------------
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])
+@pytest.mark.parametrize("field", ["tuning_seconds", "timing_spread"])
+@pytest.mark.parametrize("ext", [".textproto", ".pb"])
+def test_bad_durations_are_rejected_at_load(tmp_path, capsys, value, field,
+                                            ext):
+    entries = make_entries(3)
+    entry = entries[1]
+    entries[1] = entry.replace(provenance=entry.provenance._replace(
+        **{field: value}))
+    path = tmp_path / ("c" + ext)
+    codec.dump_results(entries, path)
+    named = f"entry for kernel {entry.key.kernel} [{entry.key.signature}]"
+    with pytest.raises(CacheFileError, match=f"{field} is "):
+        codec.load_results(path)
+    with pytest.raises(CacheFileError) as info:
+        codec.load_results(path)
+    assert named in str(info.value)
+    out = tmp_path / "out.textproto"
+    assert tool("diff", path, path) == 2
+    one_line_error(capsys, named, field)
+    assert tool("merge", path, "-o", out) == 2
+    assert tool("convert", path, out) == 2
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("ext", [".textproto", ".pb"])
+def test_usable_durations_still_load(tmp_path, ext):
+    entries = make_entries(3)
+    for i, value in enumerate([-0.0, 1e-05, 1e300]):
+        entries[i] = entries[i].replace(
+            provenance=entries[i].provenance._replace(tuning_seconds=value))
+    path = tmp_path / ("c" + ext)
+    codec.dump_results(entries, path)
+    assert {e.key: str(e.provenance.tuning_seconds)
+            for e in codec.load_results(path)} == {
+        e.key: str(e.provenance.tuning_seconds) for e in entries}

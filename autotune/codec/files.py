@@ -4,11 +4,12 @@ import contextlib
 import errno
 import gc
 import os
+import re
 import secrets
 import stat
 import zlib
 
-from autotune.codec import binary, text
+from autotune.codec import binary, schema, text
 from autotune.codec.columns import KEY_OF
 from autotune.errors import CacheFileError
 from autotune.flags import DEFAULT_MAX_CACHE_BYTES
@@ -89,7 +90,63 @@ def decode(data, path, parse_all=False):
         else:
             entries = binary.decode_binary(data, path, parse_all)
         check_duplicates(entries, path)
+        check_durations(entries, data, path)
         return entries
+
+
+# Where a provenance duration that is not a finite number >= 0 may be: in
+# text, a value that is signed, holds a letter other than an exponent's e
+# (nan, inf) or has a 3-digit positive exponent; in
+# binary, a duration's tag then a double with the sign bit set or all
+# exponent bits set. Most files match nowhere; a match (-0.0, or a tag
+# byte inside a string) only costs a check of every entry's provenance.
+_SUSPECT_TEXT = re.compile(
+    rb"(?:timing_spread|tuning_seconds): (?:[-+]|[^ \n}]*?"
+    rb"(?:[a-df-zA-DF-Z]|[eE]\+?[0-9]{3}))")
+_DURATION_TAGS = (schema.PROVENANCE.timing_spread,
+                  schema.PROVENANCE.tuning_seconds)
+
+
+_SUSPECT_BINARY = re.compile(
+    b"[" + b"".join(re.escape(tag) for tag in _DURATION_TAGS) + b"]"
+    + rb".{6}(?:[\xf0-\xff][\x7f\xff]|.[\x80-\xff])", re.DOTALL)
+
+
+def _binary_suspect(data):
+    if len(data) < 1 << 20:  # not worth importing numpy for
+        return _SUSPECT_BINARY.search(data) is not None
+    import numpy as np  # a vector scan: the pattern's is 5x slower
+    view = np.frombuffer(data, dtype=np.uint8)
+    tag = np.zeros(len(view) - 8, dtype=bool)
+    for code in _DURATION_TAGS:  # one byte each
+        tag |= view[:-8] == code[0]
+    top, below = view[8:], view[7:-1]
+    return bool(np.any(tag & ((top >= 0x80) | ((top == 0x7F)
+                                                & (below >= 0xF0)))))
+
+
+def check_durations(entries, data, path):
+    """A provenance duration (tuning_seconds, timing_spread) that is not a
+    finite number >= 0 is an error at load naming the entry, as a run
+    time is: it must not load, then fail at the first hit or be copied
+    out by a tool. A fast scan of the bytes first: provenance is otherwise
+    decoded only when used."""
+    if text.is_text_path(path):
+        if _SUSPECT_TEXT.search(data) is None:
+            return
+    elif not _binary_suspect(data):
+        return
+    for entry in entries:
+        try:
+            entry.provenance  # noqa: B018
+        except CacheFileError as e:
+            reason = e.reason
+            prefix = "entry for kernel "
+            if reason.startswith(prefix):  # the decoder may not know the key
+                reason = reason.split("]: ", 1)[-1]
+            raise CacheFileError(
+                path, f"entry for kernel {entry.key.kernel} "
+                f"[{entry.key.signature}]: {reason}") from None
 
 
 def check_duplicates(entries, path):
