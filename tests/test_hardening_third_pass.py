@@ -437,3 +437,20 @@ def test_usable_durations_still_load(tmp_path, ext):
     assert {e.key: str(e.provenance.tuning_seconds)
             for e in codec.load_results(path)} == {
         e.key: str(e.provenance.tuning_seconds) for e in entries}
+
+
+@pytest.mark.parametrize("argv", [["merge", "{bad}", "-o", "{out}"],
+                                  ["prune", "{bad}", "-o", "{out}"],
+                                  ["convert", "{bad}", "{out}"],
+                                  ["diff", "{bad}", "{bad}"]])
+def test_a_damaged_binary_file_is_never_copied(tmp_path, capsys, argv):
+    bad = good_file(tmp_path, ".pb")
+    data = bytearray(bad.read_bytes())
+    at = data.index(b"3.9.0")  # a provenance string: still parses
+    data[at] = ord("4")
+    bad.write_bytes(bytes(data))
+    assert len(codec.load_results(bad)) == 3  # the runtime skips the check
+    out = tmp_path / "out.pb"
+    assert tool(*[a.format(bad=bad, out=out) for a in argv]) == 2
+    one_line_error(capsys, f"{bad}: checksum mismatch")
+    assert not out.exists()

@@ -38,7 +38,8 @@ def _read_sniffed(path, data, parse_all):
     pipe such as bash's <(git show ...), an unknown extension)."""
     as_name = "input.textproto" if _looks_like_text(data) else "input.pb"
     try:
-        entries = ReadEntries(codec.decode(data, as_name, parse_all=parse_all))
+        entries = ReadEntries(codec.decode(data, as_name, parse_all=parse_all,
+                                           check_crc=True))
     except CacheFileError as e:
         raise ToolError(f"{path}: {e.reason}")
     entries.size = len(data)
@@ -74,8 +75,11 @@ def read_cache(path, parse_all=False, warn=None):
             entries = _read_sniffed(
                 path, codec.read_bytes(path, max_cache_bytes), parse_all)
         else:
+            # Every tool read checks a binary file's crc32: a copy must not
+            # give a damaged file a fresh, matching one.
             entries = codec.load_results(path, parse_all=parse_all,
-                                         limit=max_cache_bytes)
+                                         limit=max_cache_bytes,
+                                         check_crc=True)
         # Every subcommand reads the best configs: a malformed one is bad
         # input, reported before anything else happens.
         codec.decode_heads(entries)

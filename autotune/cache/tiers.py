@@ -185,7 +185,8 @@ class PerFusionDirectory:
             if not name.endswith(".textproto"):
                 raise CacheFileError(path, "not a per-fusion cache file "
                                      "(foreign file in the cache directory)")
-            entries = codec.decode(codec.read_bytes(path), path)
+            entries = codec.decode(codec.read_bytes(path), path,
+                                   check_crc=True)
             for entry in entries:
                 if keys.file_name(entry.key) != name:
                     raise CacheFileError(path, "file name does not match the "

@@ -71,10 +71,10 @@ def crc_matches(data):
         return False
 
 
-def decode(data, path, parse_all=False):
+def decode(data, path, parse_all=False, check_crc=False):
     """Entries of a results file's bytes. parse_all: parse all of a binary
     file now instead of leaving candidates and provenance for their first
-    use."""
+    use. check_crc: check a binary file's crc32 (parse_all does too)."""
     with no_gc():
         if text.is_text_path(path):
             try:
@@ -88,7 +88,7 @@ def decode(data, path, parse_all=False):
             entries = text.decode_text(decoded, path,
                                        trusted=crc_matches(data))
         else:
-            entries = binary.decode_binary(data, path, parse_all)
+            entries = binary.decode_binary(data, path, parse_all, check_crc)
         check_duplicates(entries, path)
         check_durations(entries, data, path)
         return entries
@@ -230,10 +230,10 @@ def read_bytes(path, limit=None):
         raise CacheFileError(path, f"cannot read: {e.strerror}") from None
 
 
-def load_results(path, parse_all=False, limit=None):
+def load_results(path, parse_all=False, limit=None, check_crc=False):
     """Reads a results file; raises CacheFileError naming it on any problem.
-    parse_all: see decode(); limit: see read_stream()."""
-    return decode(read_bytes(path, limit), path, parse_all)
+    parse_all, check_crc: see decode(); limit: see read_stream()."""
+    return decode(read_bytes(path, limit), path, parse_all, check_crc)
 
 
 def is_regular_file(path):
