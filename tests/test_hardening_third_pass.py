@@ -454,3 +454,64 @@ def test_a_damaged_binary_file_is_never_copied(tmp_path, capsys, argv):
     assert tool(*[a.format(bad=bad, out=out) for a in argv]) == 2
     one_line_error(capsys, f"{bad}: checksum mismatch")
     assert not out.exists()
+
+
+def test_a_fifo_in_a_per_fusion_directory_is_not_opened(tmp_path,
+                                                        session_factory,
+                                                        capsys):
+    sess = session_factory(per_fusion_autotune_cache_dir=str(tmp_path))
+    tk.run(tk.make_tuner(), 40)
+    (name,) = os.listdir(tmp_path)
+    os.unlink(tmp_path / name)
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+
+    def writer():  # so that a reader that opens it sees garbage, then EOF
+        try:
+            with open(fifo, "wb") as f:
+                f.write(b"garbage")
+        except OSError:
+            pass
+    feeding = threading.Thread(target=writer, daemon=True)
+    feeding.start()
+    try:
+        sess = session_factory(per_fusion_autotune_cache_dir=str(tmp_path))
+        tk.run(tk.make_tuner(), 40)
+    finally:
+        for path in tmp_path.iterdir():  # let the writer go
+            if stat.S_ISFIFO(os.lstat(path).st_mode):
+                os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+        feeding.join(10)
+    assert sess.stats.tuned == 1
+    assert "not a regular file" in capsys.readouterr().err
+    assert os.path.isfile(tmp_path / name)
+
+
+def test_dangling_symlink_in_the_per_fusion_directory(tmp_path,
+                                                      session_factory,
+                                                      capsys):
+    directory = tmp_path / "cache"
+    directory.mkdir()
+    session_factory(per_fusion_autotune_cache_dir=str(directory))
+    tk.run(tk.make_tuner(), 40)
+    (name,) = os.listdir(directory)
+    os.unlink(directory / name)
+    os.symlink(tmp_path / "gone", directory / name)
+    capsys.readouterr()
+    sess = session_factory(per_fusion_autotune_cache_dir=str(directory))
+    tk.run(tk.make_tuner(), 40)
+    assert sess.stats.tuned == 1
+    err = capsys.readouterr().err
+    assert err.count("a symbolic link to a file that does not exist; moved "
+                     "aside") == 1, err
+    assert os.path.isfile(directory / name) and \
+        not os.path.islink(directory / name)  # stored this time
+    sess = session_factory(per_fusion_autotune_cache_dir=str(directory))
+    tk.run(tk.make_tuner(), 40)
+    assert (sess.stats.hits, sess.stats.tuned) == (1, 0)
+    (key,) = sess.cache.memory
+    os.unlink(directory / name)
+    os.symlink(tmp_path / "gone", directory / name)
+    with pytest.raises(CacheFileError, match="a symbolic link to a file "
+                       "that does not exist"):
+        PerFusionDirectory(directory, "read").lookup(key)
