@@ -7,6 +7,7 @@ works for XLA, so a Bazel `env` attribute can configure a test.
 Every flag has a keyword of the same name in autotune.configure().
 """
 import dataclasses
+import math
 import os
 import re
 import shlex
@@ -251,6 +252,11 @@ def parse(text, env=None):
             + ", ".join("--" + n for n in flag_names()))
     except absl_flags.Error as e:
         raise AutotuneFlagsError(f"{ENV_VAR}: {redact_text(e)}")
+    for spec in FLAGS:
+        if spec.kind == "float" and not math.isfinite(values[spec.name].value):
+            raise AutotuneFlagsError(
+                f"{ENV_VAR}: --{spec.name}={values[spec.name].value}: "
+                "expected a finite number")
     for name in flag_names():
         if name not in LIST_FLAGS and values[name].present > 1:
             raise AutotuneFlagsError(
@@ -307,8 +313,10 @@ def check_values(options):
                 f"{name}={value!r}: expected True or False")
         if isinstance(flag.parser, absl_flags.FloatParser) and (
                 isinstance(value, bool)
-                or not isinstance(value, (int, float))):
-            raise AutotuneFlagsError(f"{name}={value!r}: expected a number")
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)):
+            raise AutotuneFlagsError(
+                f"{name}={value!r}: expected a finite number")
 
 
 def from_environment(env=None):

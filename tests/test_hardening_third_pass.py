@@ -515,3 +515,20 @@ def test_dangling_symlink_in_the_per_fusion_directory(tmp_path,
     with pytest.raises(CacheFileError, match="a symbolic link to a file "
                        "that does not exist"):
         PerFusionDirectory(directory, "read").lookup(key)
+
+
+@pytest.mark.parametrize("flag", ["autotune_remote_cache_timeout_s"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_non_finite_float_flags_fail_at_parse(flag, value, session_factory):
+    with pytest.raises(flags.AutotuneFlagsError, match=flag):
+        flags.parse(f"--{flag}={value}")
+    with pytest.raises(AutotuneError, match="expected a finite number"):
+        session_factory(**{flag: float(value)})
+
+
+def test_every_float_flag_is_checked_for_finiteness():
+    for spec in flags.FLAGS:
+        if spec.kind == "float":
+            with pytest.raises(flags.AutotuneFlagsError,
+                               match="expected a finite number"):
+                flags.parse(f"--{spec.name}=nan")
