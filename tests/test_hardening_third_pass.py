@@ -532,3 +532,41 @@ def test_every_float_flag_is_checked_for_finiteness():
             with pytest.raises(flags.AutotuneFlagsError,
                                match="expected a finite number"):
                 flags.parse(f"--{spec.name}=nan")
+
+
+def plugin_project(tmp_path, ini):
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text(ini)
+
+
+def run_plugin(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *PLUGIN,
+         *args], cwd=tmp_path, capture_output=True, text=True,
+        env=environment(), timeout=120)
+
+
+@pytest.mark.parametrize("update", [False, True])
+def test_malformed_best_config_stops_update_at_start(tmp_path, update):
+    text = codec.encode(make_entries(2), "x.textproto").decode()
+    line = text.split("\n  best { ", 1)[1].split("\n", 1)[0]
+    (tmp_path / "cache.textproto").write_text(text.replace(
+        "  best { " + line, '  best { params: "BLOCK=32 BUG" num_warps: 4 '
+        'num_stages: 2 }', 1))
+    plugin_project(tmp_path, "[pytest]\nautotune_cache = cache.textproto\n")
+    run = run_plugin(tmp_path, *(["--autotune-update"] if update else []))
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert "cache.textproto" in run.stderr
+    assert "malformed config params 'BLOCK=32 BUG'" in run.stderr
+    assert "1 passed" not in run.stdout  # no test ran
+
+
+@pytest.mark.parametrize("ini", ["[pytest]\nautotune_cache =\n",
+                                 "[pytest]\nautotune_cache =   \n"])
+def test_blank_ini_cache_is_an_error(tmp_path, ini):
+    plugin_project(tmp_path, ini)
+    run = run_plugin(tmp_path)
+    assert run.returncode == 4, run.stdout + run.stderr
+    lines = [line for line in run.stderr.splitlines() if "autotune" in line]
+    assert len(lines) == 1 and "ini autotune_cache is blank" in lines[0], \
+        run.stderr
