@@ -344,8 +344,9 @@ def test_endless_devices_are_one_line_exit_2(tmp_path, argv):
     with open("/dev/zero", "rb") as zero:
         run = run_tool([a.format(good=good) for a in argv], stdin=zero)
     assert run.returncode == 2, run.stderr
-    lines = (run.stderr + run.stdout).strip().splitlines()
+    lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "starts with a NUL byte" in lines[0], lines
+    assert lines[0].startswith("autotune_cache: error: ")
 
 
 def test_load_from_an_endless_device():
@@ -607,3 +608,15 @@ def test_bad_decorator_arguments_fail_at_decoration(options, message):
     lambda x, y, alpha, **_: None, lambda x, *, y, n, alpha, BLOCK=1: None])
 def test_fitting_references_are_accepted(reference):
     tk.make_tuner(reference=reference)
+
+
+def test_verify_errors_go_to_stderr_with_the_prefix(tmp_path, capsys):
+    bad = tmp_path / "bad.textproto"
+    bad.write_text("garbage")
+    good = good_file(tmp_path)
+    assert tool("verify", good, bad) == 2
+    captured = capsys.readouterr()
+    assert str(bad) not in captured.out
+    errors = [line for line in captured.err.splitlines() if str(bad) in line]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"autotune_cache: error: {bad}: "), captured.err

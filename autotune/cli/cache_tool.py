@@ -244,7 +244,7 @@ def cmd_verify(args):
                 print(f"{path}: {line}")
             materialize(entries, path, everything=True)
         except ToolError as e:
-            print(f"error: {e}")
+            print(f"autotune_cache: error: {e}", file=sys.stderr)
             bad += 1
             continue
         for entry in entries:
