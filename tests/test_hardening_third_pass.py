@@ -620,3 +620,27 @@ def test_verify_errors_go_to_stderr_with_the_prefix(tmp_path, capsys):
     errors = [line for line in captured.err.splitlines() if str(bad) in line]
     assert len(errors) == 1 and errors[0].startswith(
         f"autotune_cache: error: {bad}: "), captured.err
+
+
+def test_summary_line_once_when_a_forked_child_exits(tmp_path):
+    dump = tmp_path / "dump.textproto"
+    report = tmp_path / "report.json"
+    script = textwrap.dedent(f"""
+        import os, sys
+        import autotune, tiny_kernels as tk
+        autotune.configure(dump_autotune_results_to={str(dump)!r},
+                           autotune_report_to={str(report)!r})
+        tk.run(tk.make_tuner(), 40)
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)  # a child that dies runs the exit handlers too
+        os.waitpid(pid, 0)
+        if os.path.exists({str(report)!r}):  # written by the child
+            os.unlink({str(report)!r})
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                         text=True, env=environment(), timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("autotune: 1 fusions on ") == 1, run.stderr
+    assert run.stderr.count("autotune: dumped ") == 1, run.stderr
+    assert report.exists()  # written by the parent, after the child exited

@@ -110,6 +110,9 @@ class Session:
         self.miss_keys = []
         self.miss_notes = {}  # key -> why a tier could not answer
         self.finished = False
+        # A forked child inherits the session; only this process finishes
+        # it (summary line, dump, report).
+        self.pid = os.getpid()
         self.load_reports = []
         self._check_sharding()
         self.backend = backend or backends.select_backend(
@@ -391,7 +394,7 @@ class Session:
         """Dumps the results file if asked and writes the report. Called at
         exit; safe to call earlier (later calls do nothing)."""
         with self.lock:
-            if self.finished:
+            if self.finished or self.pid != os.getpid():
                 return
             self.finished = True
             dump = self.options.dump_autotune_results_to
