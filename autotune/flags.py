@@ -7,17 +7,24 @@ works for XLA, so a Bazel `env` attribute can configure a test.
 Every flag has a keyword of the same name in autotune.configure().
 """
 import dataclasses
+import math
 import os
+import re
 import shlex
 
 from absl import flags as absl_flags
 
 from autotune.errors import AutotuneFlagsError
+from autotune.log import redact_text
 
 ENV_VAR = "AUTOTUNE_FLAGS"
 # Sets --autotune_retune from outside a target's AUTOTUNE_FLAGS (which its
 # env attribute fixes): `bazel test --test_env=AUTOTUNE_RETUNE=1`.
 RETUNE_ENV_VAR = "AUTOTUNE_RETUNE"
+# The largest cache file read: a 1,000,000-entry cache is about 1.5 GB as
+# text, and a read past this stops with one line naming the size (a
+# device or a pipe that never ends must not fill the memory).
+DEFAULT_MAX_CACHE_BYTES = 16 << 30
 BACKEND_NAMES = ("auto", "gpu", "interpreter")
 MISS_POLICIES = ("tune", "nearest", "seeded")
 
@@ -59,6 +66,10 @@ FLAGS = (
         "load_autotune_results_from", "list", (),
         "Comma-separated results files to load at start; may be repeated.",
         path=True),
+    FlagSpec(
+        "autotune_max_cache_bytes", "integer", DEFAULT_MAX_CACHE_BYTES,
+        "The largest results file read (loaded, incumbents, an existing "
+        "dump); a larger one is an error naming its size.", lower_bound=1),
     FlagSpec(
         "require_complete_autotune_results", "bool", False,
         "Fail on any cache miss, listing every missing fusion."),
@@ -234,12 +245,21 @@ def parse(text, env=None, resolve=True):
     try:
         argv = shlex.split(text or "")
     except ValueError as e:
-        raise AutotuneFlagsError(f"{ENV_VAR}: cannot split {text!r}: {e}")
-    for arg in argv:
+        # Never the value itself: it may hold a URL with a password, and
+        # with an unbalanced quote no part of it can be trusted to be one.
+        named = re.findall(r"(?<![^\s'\"])--?([A-Za-z_]+)", text)
+        raise AutotuneFlagsError(
+            f"{ENV_VAR}: cannot split into flags ({e}; check the quotes)"
+            + (f"; it names {', '.join('--' + n for n in named)}"
+               if named else ""))
+    for number, arg in enumerate(argv, 1):
         if not arg.startswith("-"):
+            # Not quoted: it may be the part of a password after a space.
+            after = f" (after {argv[number - 2].split('=')[0]})" \
+                if number > 1 and argv[number - 2].startswith("-") else ""
             raise AutotuneFlagsError(
-                f"{ENV_VAR}: {arg!r} is not a flag (flags look like "
-                "--name=value)")
+                f"{ENV_VAR}: item {number}{after} is not a flag (flags look "
+                "like --name=value; a value with spaces needs quotes)")
     try:
         values(["autotune"] + argv, known_only=False)
     except absl_flags.UnrecognizedFlagError as e:
@@ -247,7 +267,12 @@ def parse(text, env=None, resolve=True):
             f"{ENV_VAR}: unknown flag --{e.flagname}; known flags: "
             + ", ".join("--" + n for n in flag_names()))
     except absl_flags.Error as e:
-        raise AutotuneFlagsError(f"{ENV_VAR}: {e}")
+        raise AutotuneFlagsError(f"{ENV_VAR}: {redact_text(e)}")
+    for spec in FLAGS:
+        if spec.kind == "float" and not math.isfinite(values[spec.name].value):
+            raise AutotuneFlagsError(
+                f"{ENV_VAR}: --{spec.name}={values[spec.name].value}: "
+                "expected a finite number")
     for name in flag_names():
         if name not in LIST_FLAGS and values[name].present > 1:
             raise AutotuneFlagsError(
@@ -318,8 +343,10 @@ def check_values(options):
                 f"{name}={value!r}: expected True or False")
         if isinstance(flag.parser, absl_flags.FloatParser) and (
                 isinstance(value, bool)
-                or not isinstance(value, (int, float))):
-            raise AutotuneFlagsError(f"{name}={value!r}: expected a number")
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)):
+            raise AutotuneFlagsError(
+                f"{name}={value!r}: expected a finite number")
 
 
 def from_environment(env=None):

@@ -11,9 +11,68 @@ stderr see them), and they do not propagate to the root logger, so that a
 program that configures logging does not print them twice.
 """
 import logging
+import re
 import sys
 
 ROOT = "autotune"
+# Names of URL parameters shown as they are; any other parameter's value
+# (a ?password=, say) is shown as ***.
+_SHOWN_PARAMETERS = ("prefix",)
+_PARAMETER_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,32}$")
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"]*")
+
+
+def redact_url(url):
+    """The URL as it may be printed, whatever its shape: everything between
+    `://` and the last `@` (user, password, and any `/`, `@` or `:` a
+    password holds) is ***, and so is the value of every query parameter
+    other than prefix, and any fragment. For a URL that parsed, print the
+    parsed form (RemoteURL) instead; this is for the ones that did not."""
+    text = str(url)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, sep, rest = text.partition(":")
+    at = rest.rfind("@")
+    if at >= 0:
+        rest = "***" + rest[at:]
+    else:
+        # No @, but a port that is no number: a password cut off by a
+        # space or a quote ("redis://user:pass word@host").
+        end = min([i for i in map(rest.find, "/?#") if i >= 0] or
+                  [len(rest)])
+        host, colon, port = rest[:end].rpartition(":")
+        if colon and not port.isdigit() and not port.endswith("]"):
+            rest = f"{host}:***{rest[end:]}"
+    rest, hash_sign, _ = rest.partition("#")
+    base, question, query = rest.partition("?")
+    shown = []
+    for item in query.split("&") if question else ():
+        name, equals, value = item.partition("=")
+        if not equals or not _PARAMETER_NAME.match(name):
+            shown.append("***")
+        elif name in _SHOWN_PARAMETERS:
+            shown.append(item)
+        else:
+            shown.append(f"{name}=***")
+    return (scheme + sep + base + question + "&".join(shown)
+            + ("#***" if hash_sign else ""))
+
+
+def redact_text(text):
+    """`text` with every URL in it redacted (redact_url): for messages that
+    quote what a user or a server said."""
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), str(text))
+
+
+class _Redacting(logging.Filter):
+    """A last guard: no message of the library prints a URL's password,
+    even one a future message forgets to redact."""
+
+    def filter(self, record):
+        message = record.getMessage()
+        if "://" in message:
+            record.msg, record.args = redact_text(message), ()
+        return True
 
 
 class _CurrentStderr(logging.StreamHandler):
@@ -37,6 +96,7 @@ def _root():
             and not getattr(logger, "_autotune_configured", False):
         handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.addFilter(_Redacting())
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False

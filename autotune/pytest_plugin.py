@@ -57,7 +57,8 @@ def configure(config):
 
 
 def _usage(message):
-    return pytest.UsageError(f"autotune: {message}")
+    from autotune.log import redact_text  # a URL's password never shows
+    return pytest.UsageError(f"autotune: {redact_text(message)}")
 
 
 class Settings:
@@ -84,10 +85,19 @@ class Settings:
         ini_dir = str(config.inipath.parent) if config.inipath \
             else str(config.rootpath)
         cache = opt.autotune_cache
+        given = cache or str(config.getini(INI_CACHE) or "").strip()
+        if "://" in given:
+            raise _usage(f"{given}: the cache is a results file; a remote "
+                         "cache is set with AUTOTUNE_FLAGS="
+                         "--autotune_remote_cache=URL")
         if cache:
             cache = os.path.join(str(config.invocation_params.dir), cache)
         else:
-            ini_cache = config.getini(INI_CACHE)
+            ini_cache = str(config.getini(INI_CACHE) or "").strip()
+            if not ini_cache and _ini_given(config, INI_CACHE):
+                raise _usage(f"ini {INI_CACHE} is blank "
+                             f"{_ini_source(config, INI_CACHE)}: give a "
+                             "results file, or remove the key")
             cache = os.path.join(ini_dir, ini_cache) if ini_cache else None
         require = opt.autotune_require_complete
         if require is None:
@@ -162,6 +172,11 @@ def _check_ini_keys(config):
         if name.startswith("autotune") and name not in INI_KEYS:
             raise _usage(f"unknown ini key {name!r} in {config.inipath}; "
                          f"known keys: {', '.join(INI_KEYS)}")
+
+
+def _ini_given(config, name):
+    return name in (getattr(config, "inicfg", {}) or {}) or \
+        name in override_ini_names(config.option)
 
 
 def _ini_source(config, name):
@@ -292,7 +307,11 @@ class AutotunePlugin:
         if not os.path.exists(self.settings.cache):
             return []
         try:
-            return codec.load_results(self.settings.cache)
+            entries = codec.load_results(self.settings.cache)
+            # A malformed best config stops the run here, as in load mode,
+            # not inside the test that meets its fusion.
+            codec.decode_heads(entries)
+            return entries
         except codec.CacheFileError as e:
             raise _usage(f"{e}; nothing was tuned or written (fix or delete "
                          "the file)")

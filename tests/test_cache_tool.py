@@ -152,7 +152,7 @@ def test_verify_file_name_mismatch_in_directory(tmp_path, capsys):
     name = sorted(os.listdir(d))[0]
     os.rename(d / name, d / ("matmul." + "0" * 32 + ".textproto"))
     assert tool("verify", d) == 2
-    assert "does not match the cache key" in capsys.readouterr().out
+    assert "does not match the cache key" in capsys.readouterr().err
 
 
 def _file(tmp_path):
@@ -249,7 +249,7 @@ def test_verify_decodes_every_candidate(tmp_path, capsys):
     # find the bad candidate by decoding it, not by the checksum.
     bad.write_bytes(data[:-5].replace(b"ZETA=1", b"ZETA~1"))
     assert tool("verify", bad) == 2
-    err = capsys.readouterr().out
+    err = capsys.readouterr().err
     assert str(bad) in err and "malformed config params" in err
 
 

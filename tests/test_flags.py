@@ -28,6 +28,7 @@ EXPECTED_DEFAULTS = {
     "autotune_cache_mode": "update",
     "dump_autotune_results_to": None,
     "load_autotune_results_from": [],
+    "autotune_max_cache_bytes": 16 << 30,
     "require_complete_autotune_results": False,
     "autotune_backend": "auto",
     "autotune_miss_policy": "tune",

@@ -248,7 +248,7 @@ def test_unusable_times_are_rejected(tmp_path, capsys, value, field, ext):
     path = tmp_path / ("c" + ext)
     codec.dump_results(entries, path)
     assert tool("verify", path) == 2
-    assert "finite numbers >= 0" in capsys.readouterr().out
+    assert "finite numbers >= 0" in capsys.readouterr().err
     # show reads best configs and provenance (not candidates).
     assert tool("show", "--json", "--entries", path) == (
         0 if field == "candidate" else 2)
@@ -419,7 +419,7 @@ def test_one_byte_flipped_in_a_binary_file_fails_verify(tmp_path, capsys):
     path.write_bytes(bytes(flipped))
     assert len(codec.load_results(path)) == 3  # still parses
     assert tool("verify", path) == 2
-    assert "checksum mismatch" in capsys.readouterr().out
+    assert "checksum mismatch" in capsys.readouterr().err
 
 
 # -- mutants that survived the suite ------------------------------------------

@@ -7,7 +7,7 @@ import sys
 
 from autotune import codec
 from autotune.cache.remote_namespace import read_remote
-from autotune.cache.remote import is_remote_url
+from autotune.cache.remote import is_remote_url, redact
 from autotune.cache.tiers import PerFusionDirectory
 from autotune.errors import CacheFileError, ToolError
 
@@ -29,12 +29,17 @@ def _looks_like_text(data):
     return head[:1] == b"#" or head[:1].isalpha()
 
 
+# The largest cache the tools read (--max_cache_bytes).
+max_cache_bytes = codec.MAX_CACHE_BYTES
+
+
 def _read_sniffed(path, data, parse_all):
     """Entries of bytes whose format the name does not tell (stdin, a
     pipe such as bash's <(git show ...), an unknown extension)."""
     as_name = "input.textproto" if _looks_like_text(data) else "input.pb"
     try:
-        entries = ReadEntries(codec.decode(data, as_name, parse_all=parse_all))
+        entries = ReadEntries(codec.decode(data, as_name, parse_all=parse_all,
+                                           check_crc=True))
     except CacheFileError as e:
         raise CacheFileError(path, e.reason) from None
     entries.size = len(data)
@@ -51,8 +56,12 @@ def read_cache(path, parse_all=False, warn=None):
     if is_remote_url(path):
         return read_remote(path, warn)
     if path == "-":
-        entries = _read_sniffed(path, sys.stdin.buffer.read(), parse_all)
-        codec.decode_heads(entries)
+        try:
+            data = codec.read_stream(sys.stdin.buffer, "-", max_cache_bytes)
+            entries = _read_sniffed(path, data, parse_all)
+            codec.decode_heads(entries)
+        except OSError as e:
+            raise ToolError(f"-: cannot read stdin: {e.strerror or e}")
         return entries
     if not os.path.exists(path):
         raise ToolError(f"{path}: no such file or directory")
@@ -61,10 +70,14 @@ def read_cache(path, parse_all=False, warn=None):
             entries = PerFusionDirectory(path, "read").entries()
         elif not codec.is_text_path(path) and \
                 not path.endswith(BINARY_EXTENSIONS):
-            with open(path, "rb") as f:
-                entries = _read_sniffed(path, f.read(), parse_all)
+            entries = _read_sniffed(
+                path, codec.read_bytes(path, max_cache_bytes), parse_all)
         else:
-            entries = codec.load_results(path, parse_all=parse_all)
+            # Every tool read checks a binary file's crc32: a copy must not
+            # give a damaged file a fresh, matching one.
+            entries = codec.load_results(path, parse_all=parse_all,
+                                         limit=max_cache_bytes,
+                                         check_crc=True)
         # Every subcommand reads the best configs: a malformed one is bad
         # input, reported before anything else happens.
         codec.decode_heads(entries)
@@ -100,7 +113,8 @@ def write_cache(entries, path, inputs=()):
     """Writes a results file, or a per-fusion directory when `path` is a
     directory or ends with a slash."""
     if is_remote_url(path):
-        raise ToolError(f"{path}: a remote cache is written with `push` "
+        raise ToolError(f"{redact(path)}: a remote cache is written with "
+                        "`push` "
                         "(its policies decide conflicts with the server's "
                         "entries), not as an output file")
     real = os.path.realpath(path)

@@ -38,14 +38,15 @@ PASSWORD_FILE_ENV = "AUTOTUNE_REMOTE_CACHE_PASSWORD_FILE"
 # Consecutive failed operations after which a run stops asking the server.
 MAX_CONSECUTIVE_FAILURES = 3
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-/]{1,64}$")
+_PARAMETER_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,32}$")
 
 
 
 
 def redact(url):
-    """The URL with any password replaced by ***, also for URLs that do not
-    parse."""
-    return re.sub(r"(://[^/:@]*:)[^/]*@", r"\1***@", str(url))
+    """The URL with its user part, password and parameter values replaced
+    by ***, also for URLs that do not parse (see log.redact_url)."""
+    return logs.redact_url(url)
 
 
 class RemoteURL:
@@ -71,27 +72,45 @@ class RemoteURL:
 
 
 def is_remote_url(text):
-    return isinstance(text, str) and text.split(":", 1)[0] in SCHEMES and \
-        "://" in text
+    """Whether `text` is meant as a remote URL: redis: or rediss:, even
+    without the // (then parse_url says what is wrong, without quoting
+    what may be a password)."""
+    return isinstance(text, str) and ":" in text and \
+        text.split(":", 1)[0] in SCHEMES
 
 
 def parse_url(url):
     """Parses redis://[USER@]HOST[:PORT][/DB][?prefix=NAME] (rediss:// for
-    TLS). A password in the URL is refused: it would be printed in logs."""
+    TLS). A password in the URL is refused: it would be printed in logs.
+    No message quotes the URL as given, only redact(url) or the parsed
+    form: a password may hold any character (/ @ : ? #) and so end up in
+    any part of a URL that does not parse as its writer meant."""
+    url = str(url)
     shown = redact(url)
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as e:
-        raise RemoteCacheError(f"{shown}: not a valid URL ({e})")
-    if parts.scheme not in SCHEMES:
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in SCHEMES:
         raise RemoteCacheError(
             f"{shown}: expected redis://HOST:PORT/DB, or rediss:// for TLS")
-    if parts.password is not None:
+    # The user part ends at the last @, whatever precedes it.
+    userinfo = rest[:rest.rindex("@")] if "@" in rest else None
+    if userinfo is not None and (":" in userinfo or set(userinfo) & set(
+            "/?#@")):
         raise RemoteCacheError(
             f"{shown}: the URL holds a password, which would be printed in "
             f"test logs; set {PASSWORD_ENV} or a password file "
             "(--autotune_remote_cache_password_file) instead")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        # The parser's own words quote the part it failed on.
+        reason = ("the port must be a number from 0 to 65535"
+                  if "port" in str(e).lower() else "the host cannot be read")
+        raise RemoteCacheError(f"{shown}: not a valid URL ({reason})") \
+            from None
+    if parts.fragment or url.endswith("#"):
+        raise RemoteCacheError(f"{shown}: a URL fragment (#...) is not "
+                               "understood")
     if not parts.hostname:
         raise RemoteCacheError(f"{shown}: no host")
     path = parts.path.strip("/")
@@ -99,12 +118,14 @@ def parse_url(url):
         raise RemoteCacheError(
             f"{shown}: database must be a number (redis://HOST:PORT/0)")
     prefix = None
-    for name, values in urllib.parse.parse_qs(parts.query,
-                                              keep_blank_values=True).items():
+    for item in parts.query.split("&") if parts.query else ():
+        name, equals, value = item.partition("=")
         if name != "prefix":
-            raise RemoteCacheError(f"{shown}: unknown URL parameter {name!r}"
+            named = (f" {name!r}" if equals and _PARAMETER_NAME_RE.match(name)
+                     else "")
+            raise RemoteCacheError(f"{shown}: unknown URL parameter{named}"
                                    " (only prefix=NAME is understood)")
-        prefix = check_prefix(values[-1], shown)
+        prefix = check_prefix(urllib.parse.unquote(value), shown)
     return RemoteURL(parts.scheme, parts.hostname, port or DEFAULT_PORT,
                      int(path or 0), urllib.parse.unquote(parts.username)
                      if parts.username else None, prefix)
@@ -262,7 +283,7 @@ class RemoteCache:
     def _failed(self, what, error):
         self.failed_operations += 1
         self.consecutive_failures += 1
-        reason = f"{type(error).__name__}: {error}".strip()
+        reason = logs.redact_text(f"{type(error).__name__}: {error}").strip()
         fatal = _permanent_failure(error)
         reason += failure_hint(error)
         if self.unreachable is None:

@@ -49,7 +49,8 @@ class Namespace:
             return fn()
         except Exception as e:  # any server fault: one line, exit 2
             raise _tool_error(
-                f"{self.display}: {what} failed: {type(e).__name__}: {e}"
+                f"{self.display}: {what} failed: "
+                + logs.redact_text(f"{type(e).__name__}: {e}")
                 + cache_remote.failure_hint(e, "--password_file",
                                             "the server's certificate"))
 

@@ -7,6 +7,7 @@ keys to entries and says where each came from.
 import collections
 import errno
 import os
+import stat
 import time
 
 from autotune import log as logs
@@ -53,16 +54,35 @@ class PerFusionDirectory:
         """(entry, identity of the file read) or (None, None) when there is
         no file; CacheFileError (carrying the identity) when it is bad."""
         try:
+            info = os.stat(path)
+            if not stat.S_ISREG(info.st_mode):
+                # Opening a pipe would wait for a writer forever.
+                error = CacheFileError(path, "not a regular file; not a "
+                                       "per-fusion cache file")
+                error.identity = _identity(info)
+                raise error
             with open(path, "rb") as f:
                 identity = _identity(os.fstat(f.fileno()))
-                data = f.read()
+                try:
+                    data = codec.read_stream(f, path)
+                except CacheFileError as e:
+                    e.identity = identity
+                    raise
         except FileNotFoundError:
+            if os.path.islink(path):
+                # A link to nothing blocks the store of its fusion for
+                # good: as bad as a corrupt file.
+                error = CacheFileError(path, "a symbolic link to a file "
+                                       "that does not exist")
+                error.identity = ("link",) + _identity(os.lstat(path))
+                raise error from None
             return None, None
         except OSError as e:
             error = CacheFileError(path, f"cannot read per-fusion cache file: "
                                    f"{e.strerror}")
             try:
-                error.identity = _identity(os.stat(path))
+                error.identity = ("link",) + _identity(os.lstat(path)) \
+                    if os.path.islink(path) else _identity(os.stat(path))
             except OSError:
                 error.identity = None
             raise error from None
@@ -98,11 +118,17 @@ class PerFusionDirectory:
         one: returns False when `path` is now another file (a process moved
         the bad one aside and stored a good entry meanwhile)."""
         aside = f"{path}.corrupt-{int(time.time())}-{os.getpid()}"
+        if error.identity and error.identity[0] == "link":
+            def identity(p):  # the link itself, not what it names
+                return ("link",) + _identity(os.lstat(p))
+        else:
+            def identity(p):
+                return _identity(os.stat(p))
         try:
-            if _identity(os.stat(path)) != error.identity:
+            if identity(path) != error.identity:
                 return False
             os.replace(path, aside)
-            if _identity(os.stat(aside)) != error.identity:
+            if identity(aside) != error.identity:
                 # Replaced between the check and the move: put it back,
                 # unless yet another file took its place.
                 try:
@@ -183,7 +209,11 @@ class PerFusionDirectory:
             if not name.endswith(".textproto"):
                 raise CacheFileError(path, "not a per-fusion cache file "
                                      "(foreign file in the cache directory)")
-            entries = codec.decode(codec.read_bytes(path), path)
+            if not codec.is_regular_file(path):
+                raise CacheFileError(path, "not a regular file (or a "
+                                     "symbolic link to one)")
+            entries = codec.decode(codec.read_bytes(path), path,
+                                   check_crc=True)
             for entry in entries:
                 if keys.file_name(entry.key) != name:
                     raise CacheFileError(path, "file name does not match the "
@@ -217,10 +247,10 @@ class ResultsCache:
         self.per_fusion_dir = per_fusion_dir
         self.remote = remote
 
-    def load_file(self, path):
-        """Loads a results file. Two files giving one key different configs
-        is an error naming both."""
-        entries = codec.load_results(path)
+    def load_file(self, path, limit=None):
+        """Loads a results file (at most `limit` bytes). Two files giving
+        one key different configs is an error naming both."""
+        entries = codec.load_results(path, limit=limit)
         # Best configs are decoded now, at C speed for binary files: a
         # malformed one is an error at start-up, not a hit at launch time.
         codec.decode_heads(entries)

@@ -31,6 +31,7 @@ import sys
 
 from autotune import codec
 from autotune.cache import merge
+from autotune.cache import io as cache_io
 from autotune.cache.io import materialize, read_cache, stats, write_cache
 from autotune.cli import remote_tool, report
 from autotune.records import KEY_VERSION
@@ -303,7 +304,7 @@ def cmd_verify(args):
                 print(f"{path}: {line}")
             materialize(entries, path, everything=True)
         except (ToolError, CacheFileError) as e:
-            print(f"error: {e}")
+            print(f"autotune_cache: error: {e}", file=sys.stderr)
             bad += 1
             continue
         for entry in entries:
@@ -571,12 +572,30 @@ def build_parser():
 
     report.add_subcommand(sub)
     remote_tool.add_subcommands(sub, POLICIES)
+    for command in {id(p): p for p in sub.choices.values()}.values():
+        command.add_argument(
+            "--max_cache_bytes", type=_byte_count,
+            default=codec.MAX_CACHE_BYTES, metavar="N",
+            help="the largest cache read, in bytes (default: %(default)s); "
+            "a larger one is an error naming its size")
     return parser
+
+
+def _byte_count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a number of bytes >= 1")
+    return value
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    cache_io.max_cache_bytes = args.max_cache_bytes
     try:
         # The cyclic collector would rescan every loaded entry again and
         # again; a command makes no cycles worth collecting before it ends.

@@ -156,9 +156,11 @@ def entries_from_messages(results, source):
                     zip(itertools.repeat(rest), messages)))
 
 
-def decode_binary(data, source, parse_all=False):
+def decode_binary(data, source, parse_all=False, check_crc=False):
     """parse_all: parse every field now; otherwise candidates and provenance
-    are parsed when first used (lookups never use them)."""
+    are parsed when first used (lookups never use them). The crc32 is
+    checked with parse_all or check_crc (the tools: a copy must not give a
+    damaged file a fresh checksum)."""
     results = pb.AutotuneResults() if parse_all else pb.AutotuneResultsHeads()
     try:
         results.ParseFromString(data)
@@ -174,8 +176,8 @@ def decode_binary(data, source, parse_all=False):
             _EMPTY_COUNT not in data[-len(_EMPTY_COUNT) - 5:]:
         raise CacheFileError(source, "truncated: no entry_count field (an "
                              "empty cache ends with entry_count 0)")
-    if parse_all:
-        _check_crc(data, results.crc32, source)
+    if parse_all or check_crc:
+        _check_crc(data, source)
     return entries_from_messages(results, source)
 
 
@@ -183,12 +185,13 @@ _EMPTY_COUNT = RESULTS.entry_count + b"\0"
 _CRC = struct.Struct("<I")
 
 
-def _check_crc(data, crc, source):
-    """The file's crc32 field, when it has one (files written before it
-    existed do not), must match the bytes before it."""
+def _check_crc(data, source):
+    """The file's crc32 field, the last one when it has one (files written
+    before it existed do not), must match the bytes before it."""
     end = len(data) - len(RESULTS.crc32) - _CRC.size
-    if data[end:end + len(RESULTS.crc32)] != RESULTS.crc32:
+    if end < 0 or data[end:end + len(RESULTS.crc32)] != RESULTS.crc32:
         return
+    crc, = _CRC.unpack_from(data, end + len(RESULTS.crc32))
     if zlib.crc32(memoryview(data)[:end]) != crc:
         raise CacheFileError(source, "checksum mismatch: the file was "
                              "changed or damaged after it was written")

@@ -1,14 +1,18 @@
 """Results files on disk: the format by extension, the crc32 line of text
 files, duplicate keys, and one atomic writer for every cache file."""
 import contextlib
+import errno
 import gc
 import os
+import re
 import secrets
+import stat
 import zlib
 
-from autotune.codec import binary, text
+from autotune.codec import binary, schema, text
 from autotune.codec.columns import KEY_OF
 from autotune.errors import CacheFileError
+from autotune.flags import DEFAULT_MAX_CACHE_BYTES
 
 
 @contextlib.contextmanager
@@ -67,10 +71,10 @@ def crc_matches(data):
         return False
 
 
-def decode(data, path, parse_all=False):
+def decode(data, path, parse_all=False, check_crc=False):
     """Entries of a results file's bytes. parse_all: parse all of a binary
     file now instead of leaving candidates and provenance for their first
-    use."""
+    use. check_crc: check a binary file's crc32 (parse_all does too)."""
     with no_gc():
         if text.is_text_path(path):
             try:
@@ -84,9 +88,65 @@ def decode(data, path, parse_all=False):
             entries = text.decode_text(decoded, path,
                                        trusted=crc_matches(data))
         else:
-            entries = binary.decode_binary(data, path, parse_all)
+            entries = binary.decode_binary(data, path, parse_all, check_crc)
         check_duplicates(entries, path)
+        check_durations(entries, data, path)
         return entries
+
+
+# Where a provenance duration that is not a finite number >= 0 may be: in
+# text, a value that is signed, holds a letter other than an exponent's e
+# (nan, inf) or has a 3-digit positive exponent; in
+# binary, a duration's tag then a double with the sign bit set or all
+# exponent bits set. Most files match nowhere; a match (-0.0, or a tag
+# byte inside a string) only costs a check of every entry's provenance.
+_SUSPECT_TEXT = re.compile(
+    rb"(?:timing_spread|tuning_seconds): (?:[-+]|[^ \n}]*?"
+    rb"(?:[a-df-zA-DF-Z]|[eE]\+?[0-9]{3}))")
+_DURATION_TAGS = (schema.PROVENANCE.timing_spread,
+                  schema.PROVENANCE.tuning_seconds)
+
+
+_SUSPECT_BINARY = re.compile(
+    b"[" + b"".join(re.escape(tag) for tag in _DURATION_TAGS) + b"]"
+    + rb".{6}(?:[\xf0-\xff][\x7f\xff]|.[\x80-\xff])", re.DOTALL)
+
+
+def _binary_suspect(data):
+    if len(data) < 1 << 20:  # not worth importing numpy for
+        return _SUSPECT_BINARY.search(data) is not None
+    import numpy as np  # a vector scan: the pattern's is 5x slower
+    view = np.frombuffer(data, dtype=np.uint8)
+    tag = np.zeros(len(view) - 8, dtype=bool)
+    for code in _DURATION_TAGS:  # one byte each
+        tag |= view[:-8] == code[0]
+    top, below = view[8:], view[7:-1]
+    return bool(np.any(tag & ((top >= 0x80) | ((top == 0x7F)
+                                                & (below >= 0xF0)))))
+
+
+def check_durations(entries, data, path):
+    """A provenance duration (tuning_seconds, timing_spread) that is not a
+    finite number >= 0 is an error at load naming the entry, as a run
+    time is: it must not load, then fail at the first hit or be copied
+    out by a tool. A fast scan of the bytes first: provenance is otherwise
+    decoded only when used."""
+    if text.is_text_path(path):
+        if _SUSPECT_TEXT.search(data) is None:
+            return
+    elif not _binary_suspect(data):
+        return
+    for entry in entries:
+        try:
+            entry.provenance  # noqa: B018
+        except CacheFileError as e:
+            reason = e.reason
+            prefix = "entry for kernel "
+            if reason.startswith(prefix):  # the decoder may not know the key
+                reason = reason.split("]: ", 1)[-1]
+            raise CacheFileError(
+                path, f"entry for kernel {entry.key.kernel} "
+                f"[{entry.key.signature}]: {reason}") from None
 
 
 def check_duplicates(entries, path):
@@ -104,11 +164,63 @@ def check_duplicates(entries, path):
         seen[entry.key] = entry
 
 
-def read_bytes(path):
-    """The bytes of a cache file; CacheFileError naming it if unreadable."""
+# The largest cache read, unless a caller says (--autotune_max_cache_bytes,
+# the tool's --max_cache_bytes).
+MAX_CACHE_BYTES = DEFAULT_MAX_CACHE_BYTES
+_CHUNK = 1 << 20
+
+
+def _kind(mode):
+    for test, name in ((stat.S_ISCHR, "a character device"),
+                       (stat.S_ISFIFO, "a pipe"),
+                       (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def too_large(path, size, limit, at_least=False):
+    return CacheFileError(
+        path, f"{'more than ' if at_least else ''}{size} bytes, over the "
+        f"limit of {limit} bytes for a cache (raise it with "
+        "--autotune_max_cache_bytes, or --max_cache_bytes for the tool)")
+
+
+def read_stream(f, path, limit=None):
+    """All bytes of an open file, at most `limit` (default MAX_CACHE_BYTES).
+    A regular file is read at once after its size is checked; anything
+    else (a pipe, stdin, a device) in chunks, stopping at the limit or at
+    the first chunk that no cache starts with (a NUL byte: /dev/zero)."""
+    limit = MAX_CACHE_BYTES if limit is None else limit
+    info = os.fstat(f.fileno())
+    if stat.S_ISREG(info.st_mode):
+        if info.st_size > limit:
+            raise too_large(path, info.st_size, limit)
+        return f.read()
+    chunks, size = [], 0
+    while True:
+        chunk = f.read(min(_CHUNK, limit + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        if not chunks and chunk[:1] == b"\0":
+            # Field tag 0 does not exist and text has no NUL bytes.
+            kind = _kind(info.st_mode)
+            raise CacheFileError(path, f"not a cache file ({kind} that "
+                                 "starts with a NUL byte)")
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise too_large(path, limit, limit, at_least=True)
+
+
+def read_bytes(path, limit=None):
+    """The bytes of a cache file, at most `limit` (see read_stream);
+    CacheFileError naming it if unreadable."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            return read_stream(f, path, limit)
     except FileNotFoundError:
         raise CacheFileError(path, "no such file") from None
     except IsADirectoryError:
@@ -118,10 +230,18 @@ def read_bytes(path):
         raise CacheFileError(path, f"cannot read: {e.strerror}") from None
 
 
-def load_results(path, parse_all=False):
+def load_results(path, parse_all=False, limit=None, check_crc=False):
     """Reads a results file; raises CacheFileError naming it on any problem.
-    parse_all: see decode()."""
-    return decode(read_bytes(path), path, parse_all)
+    parse_all, check_crc: see decode(); limit: see read_stream()."""
+    return decode(read_bytes(path, limit), path, parse_all, check_crc)
+
+
+def is_regular_file(path):
+    """Whether `path` is a regular file or a link to one."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def _write_chunks(f, data):
@@ -162,16 +282,35 @@ def atomic_write(path, data):
     data: bytes, or an iterable of bytes chunks (written as they come).
 
     A symlink at `path` is written through: its target is replaced and the
-    link stays. Failures raise CacheFileError naming `path`, and leave the
-    old file as it was.
+    link stays. What stands at `path` is replaced only when it is a regular
+    file: a character device or a pipe is written through (/dev/null
+    discards, /dev/full fails), anything else is refused, so that no
+    device or special file is ever replaced by a regular one. Failures
+    raise CacheFileError naming `path`, and leave the old file as it was.
     """
     path = os.fspath(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CacheFileError(path, "is a symbolic link loop; not "
+                                 "written") from None
+        raise CacheFileError(path, f"cannot write: {e.strerror or e}") \
+            from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        if stat.S_ISDIR(info.st_mode):
+            raise CacheFileError(path, "is a directory")
+        if stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode):
+            _write_through(path, data)
+            return
+        raise CacheFileError(path, f"is {_kind(info.st_mode)}, not a "
+                             "regular file; not replaced")
     target = os.path.realpath(path) if os.path.islink(path) else path
     directory = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(directory):
         raise CacheFileError(path, f"directory {directory} does not exist")
-    if os.path.isdir(target):
-        raise CacheFileError(path, "is a directory")
     try:
         tmp = write_temp(target, data)
     except OSError as e:
@@ -182,6 +321,18 @@ def atomic_write(path, data):
     except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        raise CacheFileError(path, f"cannot write: {e.strerror or e}") \
+            from None
+
+
+def _write_through(path, data):
+    """Writes into a character device or a pipe as it is (no temporary
+    file, no rename: there is nothing to replace atomically)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        with os.fdopen(fd, "wb") as f:
+            _write_chunks(f, data)
+    except OSError as e:
         raise CacheFileError(path, f"cannot write: {e.strerror or e}") \
             from None
 

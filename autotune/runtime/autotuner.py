@@ -33,6 +33,54 @@ from autotune.cache import neighbours as reuse
 from autotune.runtime import parallel, progress as progress_module, tuning
 
 
+def _check_callables(tuner_, prune, reference):
+    """prune_configs_by and reference=, checked when the kernel is
+    decorated rather than at its first launch."""
+    name = tuner_.name
+    for what in ("perf_model", "early_config_prune"):
+        if prune.get(what) is not None and not callable(prune[what]):
+            raise AutotuneArgumentError(
+                f"{name}: prune_configs_by {what} must be callable, got "
+                f"{type(prune[what]).__name__}")
+    top_k = prune.get("top_k", 1.0)
+    if isinstance(top_k, bool) or not (
+            (isinstance(top_k, float) and 0.0 < top_k <= 1.0)
+            or (isinstance(top_k, int) and top_k >= 1)):
+        raise AutotuneArgumentError(
+            f"{name}: prune_configs_by top_k={top_k!r}; expected a fraction "
+            "in (0, 1] or a whole number of configs >= 1")
+    if reference is None:
+        return
+    if not callable(reference):
+        raise AutotuneArgumentError(
+            f"{name}: reference= must be callable (it is called with the "
+            f"kernel's arguments by name), got {type(reference).__name__}")
+    try:
+        params = inspect.signature(reference).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    accepted = {p.name for p in params if p.kind in (
+        p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    kernel = inspect.signature(tuner_.base_fn).parameters
+    # The arguments a launch passes (tuned meta-parameters are not, and
+    # arguments with defaults may not be).
+    passed = [n for n in tuner_.arg_names if n not in tuner_._refused and
+              (n not in kernel or kernel[n].default is inspect.Parameter.empty)]
+    extra = [p.name for p in params if p.default is p.empty and (
+        p.kind is p.POSITIONAL_ONLY or p.name not in tuner_.arg_names)
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    missing = [n for n in passed if n not in accepted]
+    if missing or extra:
+        raise AutotuneArgumentError(
+            f"{name}: reference= is called with the kernel's arguments by "
+            f"name ({', '.join(passed)}), but "
+            + (f"takes no {', '.join(missing)}" if missing else
+               f"requires {', '.join(extra)}")
+            + " (give it those parameters, or **kwargs)")
+
+
 
 
 
@@ -234,6 +282,7 @@ class Autotuner(KernelInterface):
         self.perf_model = prune.get("perf_model")
         self.configs_top_k = prune.get("top_k", 1.0)
         self.early_config_prune = prune.get("early_config_prune")
+        _check_callables(self, prune, reference)
         self._do_bench = do_bench
         self.num_warmups, self.num_reps = warmup, rep
         self.use_cuda_graph = use_cuda_graph
@@ -474,6 +523,14 @@ class Autotuner(KernelInterface):
                     i: self.perf_model(**nargs, **kwargs,
                                        **Config.from_triton(c).all_kwargs())
                     for i, c in enumerate(pruned)}
+                for i, value in estimate.items():
+                    if isinstance(value, bool) or not isinstance(
+                            value, (int, float)) or value != value:
+                        raise AutotuneArgumentError(
+                            f"{self.name}: prune_configs_by perf_model "
+                            f"returned {value!r} for "
+                            f"{Config.from_triton(pruned[i]).short()}; it "
+                            "must return a number (the estimated run time)")
                 order = sorted(estimate, key=estimate.get)[:top_k]
                 pruned = [pruned[i] for i in order]
         return list(pruned)

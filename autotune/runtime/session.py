@@ -88,6 +88,9 @@ class Session:
         self.miss_keys = []
         self.miss_notes = {}  # key -> why a tier could not answer
         self.finished = False
+        # A forked child inherits the session; only this process finishes
+        # it (summary line, dump, report).
+        self.pid = os.getpid()
         self.load_reports = []
         self._check_sharding()
         self.backend = backend or backends.select_backend(
@@ -123,7 +126,7 @@ class Session:
         dump = self.options.dump_autotune_results_to
         loaded = {os.path.realpath(p)
                   for p in self.options.load_autotune_results_from}
-        if dump and os.path.exists(dump) and \
+        if dump and codec.is_regular_file(dump) and \
                 os.path.realpath(dump) not in loaded:
             # The dump merges into this file at exit: say now, not after
             # the tests ran, that it cannot be read.
@@ -175,7 +178,8 @@ class Session:
                 f"autotune cache {_workspace_relative(path)} does not exist "
                 f"yet: create it with `{REGENERATE_COMMAND}`, then commit it")
         try:
-            loaded = self.cache.load_file(path)
+            loaded = self.cache.load_file(
+                path, self.options.autotune_max_cache_bytes)
         except (CacheFileError, CacheConflictError) as e:
             raise AutotuneError(f"cannot load autotune results: {e}")
         usable = self.cache.usable_in(loaded)
@@ -205,7 +209,8 @@ class Session:
             # stale fusion with its old config as the incumbent.
             self._load(path)
         try:
-            entries = codec.load_results(path)
+            entries = codec.load_results(
+                path, limit=self.options.autotune_max_cache_bytes)
         except CacheFileError as e:
             raise AutotuneError(f"cannot load autotune incumbents: {e}")
         for entry in entries:
@@ -319,7 +324,8 @@ class Session:
 
     def _read_existing_dump(self, path):
         try:
-            return codec.load_results(path)
+            return codec.load_results(
+                path, limit=self.options.autotune_max_cache_bytes)
         except CacheFileError as e:
             raise AutotuneError(
                 f"--dump_autotune_results_to: the existing file cannot be "
@@ -333,7 +339,7 @@ class Session:
         touch, not the fusions a failed run never reached. Returns
         (entries, number kept from the file)."""
         used = self.dump_entries()
-        if not os.path.exists(path):
+        if not codec.is_regular_file(path):  # nothing to keep: /dev/null
             return used, 0
         superseded = set(map(_fusion_of, (e.key for e in used)))
         kept = [e for e in self._read_existing_dump(path)
@@ -402,7 +408,7 @@ class Session:
         """Dumps the results file if asked and writes the report. Called at
         exit; safe to call earlier (later calls do nothing)."""
         with self.lock:
-            if self.finished:
+            if self.finished or self.pid != os.getpid():
                 return
             self.finished = True
             dump = self.options.dump_autotune_results_to
