@@ -240,33 +240,171 @@ def test_gpu_workers_refuse_fork():
                           start_method="fork")
 
 
-def test_gpu_timing_uses_do_bench_and_subtracts_the_restore(monkeypatch):
-    """GpuBackend.time on the CPU, with do_bench standing in for the GPU:
-    what it asks do_bench for and how it turns the answer into a Timing."""
+def _fake_gpu_backend(torch_module=None):
+    """A GpuBackend built without a GPU (its __init__ asks torch for one)."""
     import contextlib
     import types
+    backend = object.__new__(backends.GpuBackend)
+    backend.torch = torch_module or types.SimpleNamespace(
+        cuda=types.SimpleNamespace(device=lambda d: contextlib.nullcontext(),
+                                   synchronize=lambda d=None: None))
+    backend._device = "cuda:0"
+    backend.warmup_ms, backend.rep_ms = 25.0, 100.0
+    return backend
 
+
+def test_gpu_timing_asks_do_bench_for_the_quartiles(monkeypatch):
     import triton.testing
     calls = []
 
     def fake_do_bench(fn, warmup, rep, quantiles):
         fn()
         calls.append((warmup, rep, tuple(quantiles)))
-        # ms: set-up + launch, then the set-up alone
-        return [0.010, 0.012, 0.020] if len(calls) == 1 else [0.002, 0.002,
-                                                              0.003]
+        return [0.010, 0.012, 0.020]
     monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
-    backend = object.__new__(backends.GpuBackend)
-    backend.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
-        device=lambda d: contextlib.nullcontext()))
-    backend._device = "cuda:0"
-    backend.warmup_ms, backend.rep_ms = 25.0, 100.0
-    order = []
-    timing = backend.time(lambda: order.append("run"),
-                          setup=lambda: order.append("restore"))
-    assert calls[0] == (25.0, 100.0, (0.0, 0.5, 1.0))
-    assert order[:2] == ["restore", "run"]
-    assert timing.median_us == pytest.approx(10.0)  # 12 us - 2 us
-    assert timing.samples == pytest.approx([8.0, 10.0, 18.0])
-    plain = backend.time(lambda: None)
-    assert plain.median_us == pytest.approx(2.0)
+    timing = _fake_gpu_backend().time(lambda: None)
+    # Not the extremes: one slow outlier must not widen the noise estimate.
+    assert calls == [(25.0, 100.0, (0.25, 0.5, 0.75))]
+    assert timing.median_us == pytest.approx(12.0)
+    assert tuner.relative_noise(timing) == pytest.approx(10.0 / 12.0)
+
+
+class _FakeCudaClock:
+    """torch.cuda's events over a simulated GPU clock: a kernel launch
+    advances it by the kernel's time, a restore by much more (its host sync
+    and clones); the events record which steps they bracket."""
+
+    def __init__(self, kernel_ms, setup_ms):
+        import contextlib
+        import types
+        self.now = 0.0
+        self.kernel_ms, self.setup_ms = kernel_ms, setup_ms
+        self.steps = []
+        clock = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                self.at = clock.now
+                clock.steps.append("record")
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return end.at - self.at
+        self.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+            device=lambda d: contextlib.nullcontext(), Event=Event,
+            synchronize=lambda d=None: None))
+
+    def run(self):
+        self.now += self.kernel_ms
+        self.steps.append("run")
+
+    def setup(self):
+        self.now += self.setup_ms
+        self.steps.append("setup")
+
+
+def test_gpu_timing_of_an_in_place_kernel_times_the_kernel_alone():
+    """The restore (a host sync and clones, 20 times the kernel here) runs
+    before the start event; the events bracket the launch only, so a
+    3-microsecond kernel times at 3 microseconds, not at set-up minus
+    set-up clamped to 0."""
+    import types
+    clock = _FakeCudaClock(kernel_ms=0.003, setup_ms=0.060)
+    backend = _fake_gpu_backend(clock.torch)
+    flushed = []
+    backend._flush_buffer = lambda: types.SimpleNamespace(
+        zero_=lambda: flushed.append(1))
+    timing = backend.time(clock.run, setup=clock.setup)
+    assert timing.median_us == pytest.approx(3.0)
+    assert tuner.relative_noise(timing) == pytest.approx(0.0)
+    # Between a start and an end event: one launch, never a set-up.
+    inside, bracketed, current = False, [], []
+    for step in clock.steps:
+        if step == "record":
+            if inside:
+                bracketed.append(current)
+            inside, current = not inside, []
+        elif inside:
+            current.append(step)
+    assert bracketed and all(b == ["run"] for b in bracketed), clock.steps
+    assert flushed
+
+
+def _realistic_gpu_do_bench(true_us, current, rng):
+    """do_bench over simulated GPU timings: most repetitions within a few
+    per cent of the kernel's true time, and a few slow outliers (clock
+    changes, another process) that stretch max/min to 1.3-2.0, as on a
+    real GPU."""
+    def do_bench(fn, warmup, rep, quantiles):
+        fn()
+        true_ms = true_us[current[0]] / 1e3
+        samples = []
+        for _ in range(100):
+            value = true_ms * (1.0 + abs(rng.gauss(0.0, 0.01)))
+            if rng.random() < 0.04:
+                value *= rng.uniform(1.3, 2.0)
+            samples.append(value)
+        samples.sort()
+        return [samples[min(int(q * len(samples)), len(samples) - 1)]
+                for q in quantiles]
+    return do_bench
+
+
+def _tune_with_realistic_spread(monkeypatch, seed):
+    import random
+
+    import triton.testing
+    # The smallest config (the tie-breaker) is not the fastest; the fastest
+    # is 15 % ahead of the next.
+    true_us = {16: 30.0, 32: 13.0, 64: 11.5, 128: 10.0, 256: 14.0, 512: 25.0}
+    current = [None]
+    rng = random.Random(seed)
+    monkeypatch.setattr(triton.testing, "do_bench",
+                        _realistic_gpu_do_bench(true_us, current, rng))
+    y = torch.zeros(4)
+
+    def launch(config):
+        current[0] = config.kwargs["BLOCK"]
+        y.fill_(1.0)
+    evaluator = tuner.CandidateEvaluator(_fake_gpu_backend(), launch,
+                                         {"y": y}, name="realistic")
+    configs = [Config({"BLOCK": b}) for b in true_us]
+    result = tuner.run_candidates(evaluator, configs)
+    return result.best.config.kwargs["BLOCK"], len(result.duels)
+
+
+def test_realistic_gpu_spread_the_fastest_wins_and_duels_stay_rare(
+        monkeypatch):
+    monkeypatch.setattr(tuner, "_context_lost", None)
+    outcomes = [_tune_with_realistic_spread(monkeypatch, seed)
+                for seed in range(10)]
+    winners = [w for w, _ in outcomes]
+    duels = sum(d for _, d in outcomes)
+    assert winners == [128] * 10, outcomes
+    assert duels <= 2, outcomes
+
+
+def test_a_lost_context_in_a_duel_is_not_a_winner(monkeypatch):
+    """A candidate that corrupts the CUDA context while retimed in a duel
+    stops tuning with the one-line error; no winner is chosen or cached."""
+    monkeypatch.setattr(tuner, "_context_lost", None)
+    a, b = Config({"BLOCK": 16}), Config({"BLOCK": 32})
+    times = {a: 10.0, b: 9.9}  # tie on the first pass: a duel decides
+
+    def retime(config):
+        if config == b:
+            try:
+                raise _illegal_address()
+            except RuntimeError as e:
+                tuner._stop_for_lost_context("dueller", config, e)
+        return backends.Timing([times[config]] * 3)
+    from autotune.records import Candidate
+    candidates = [Candidate(a, times[a]), Candidate(b, times[b])]
+    timings = {c: backends.Timing([times[c]] * 3) for c in times}
+    with pytest.raises(tuner.DeviceContextLostError, match="dueller"):
+        tuner.select_winner(candidates, timings, retime)
