@@ -14,6 +14,7 @@ and launches with its config; the session tunes through this object on a
 miss. Arguments this project adds (reference=, outputs=, rtol=, atol=,
 space=, search=, ...) are keywords triton.autotune does not have.
 """
+import copy
 import hashlib
 import inspect
 import itertools
@@ -85,6 +86,24 @@ def _no_pre_hook(kwargs, reset_only=False):
 
 def _no_post_hook(kwargs, exception):
     return 0
+
+
+def refuse_cuda_graph_restore(name, use_cuda_graph, restore_value):
+    """use_cuda_graph=True with restore_value: restoring compares bytes on
+    the host, a sync that CUDA graph capture forbids, so every candidate
+    would fail; refused in one line instead."""
+    if use_cuda_graph and restore_value:
+        raise AutotuneArgumentError(
+            f"{name}: use_cuda_graph=True with restore_value is not "
+            "supported (the restore would run inside graph capture); drop "
+            "use_cuda_graph")
+
+
+def _triton_knob(name):
+    """Triton's knobs.autotuning.<name> (print, cache); False on a Triton
+    without knobs."""
+    knobs = getattr(sys.modules.get("triton"), "knobs", None)
+    return bool(getattr(getattr(knobs, "autotuning", None), name, False))
 
 
 def _zero_bytes(tensor):
@@ -203,12 +222,14 @@ class Autotuner(KernelInterface):
         self._do_bench = do_bench
         self.num_warmups, self.num_reps = warmup, rep
         self.use_cuda_graph = use_cuda_graph
+        refuse_cuda_graph_restore(self.name, use_cuda_graph,
+                                  self.restore_value)
         if warmup is not None or rep is not None or use_cuda_graph:
             warnings.warn("warmup, rep and use_cuda_graph are deprecated in "
                           "triton.autotune; pass do_bench instead",
                           DeprecationWarning, stacklevel=3)
         # Results persist through the session's caches whatever this says.
-        self.cache_results = cache_results
+        self.cache_results = cache_results or _triton_knob("cache")
         self.reference = reference
         self.outputs = outputs
         self.rtol, self.atol = rtol, atol
@@ -493,6 +514,14 @@ class Autotuner(KernelInterface):
 
             def bench(fn, quantiles):
                 return do_bench(fn, warmup=warm, rep=rep, quantiles=quantiles)
+
+            def time_fn(run, setup=None):
+                # The backend's timing with Triton's warm-up and repetition
+                # times: an in-place kernel's restore stays untimed.
+                timed = copy.copy(backend)
+                timed.warmup_ms, timed.rep_ms = warm, rep
+                return timed.time(run, setup)
+            return time_fn
         if bench is None:
             return None
 
@@ -617,6 +646,12 @@ class Autotuner(KernelInterface):
         self.configs_timings = {self._originals.get(c.config, c.config):
                                 c.run_time_us for c in result.candidates}
         self.bench_time = result.seconds
+        if _triton_knob("print"):
+            # Triton's knobs.autotuning.print (TRITON_PRINT_AUTOTUNING=1):
+            # the user asked for this line on stdout, as Triton prints it.
+            print(f"autotune: {self.name} tuned for {key.describe()} in "
+                  f"{result.seconds:.2f} s; best config: {best.short()}",
+                  flush=True)
         return Entry(key, best, result.best.run_time_us,
                      sorted(result.candidates,
                             key=lambda c: c.config.sort_key),
