@@ -408,3 +408,69 @@ def test_a_lost_context_in_a_duel_is_not_a_winner(monkeypatch):
     timings = {c: backends.Timing([times[c]] * 3) for c in times}
     with pytest.raises(tuner.DeviceContextLostError, match="dueller"):
         tuner.select_winner(candidates, timings, retime)
+
+
+# -- multi-GPU workers ------------------------------------------------------
+
+def test_gpu_workers_take_the_parents_visible_gpus(monkeypatch):
+    from autotune.runtime import parallel
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert parallel.visible_gpu_ids(2) == ["2", "3"]
+    assert parallel.visible_gpu_ids(1) == ["2"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aa, GPU-bb")
+    assert parallel.visible_gpu_ids(2) == ["GPU-aa", "GPU-bb"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert parallel.visible_gpu_ids(3) == ["0", "1", "2"]
+
+
+def context_killing_objective(device):
+    """objective(config): config x=1 corrupts this worker's CUDA context
+    (simulated: the tuner's DeviceContextLostError); reports its pid."""
+    def objective(config):
+        if config.kwargs["x"] == 1:
+            try:
+                raise _illegal_address()
+            except RuntimeError as e:
+                tuner._stop_for_lost_context("killer", config, e)
+        return ev.Measurement(config, 1.0, "NONE", str(os.getpid()))
+    return objective
+
+
+def test_a_worker_whose_context_is_lost_is_retired():
+    configs = [Config({"x": i}) for i in range(6)]
+    with ParallelEvaluator(context_killing_objective, devices=["cpu0"],
+                           start_method="fork", depth=1) as evaluator:
+        results = evaluator.evaluate(configs)
+        lost = evaluator.lost_workers
+    assert results[1].failure == "RUNTIME_ERROR"
+    assert "corrupted the CUDA context" in results[1].detail
+    assert all(r.failure == "NONE" for i, r in enumerate(results) if i != 1)
+    # The candidates after it ran in a fresh worker, not the dead one.
+    assert lost == 1
+    assert results[0].detail != results[2].detail
+    assert results[2].detail == results[5].detail
+
+
+def test_gpu_workers_get_lambda_grids_evaluated_per_config(monkeypatch):
+    """A kernel called with a lambda grid (as users write it) goes to GPU
+    workers: the grid is evaluated in the tuning process for each config
+    and the worker gets the tuple."""
+    import pickle
+    import types
+
+    import triton
+    import tiny_kernels
+    from autotune.runtime import parallel
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    backend = types.SimpleNamespace(name="gpu", warmup_ms=25.0, rep_ms=100.0)
+    n = 100
+    x, y = torch.arange(float(n)), torch.empty(n)
+    pool = parallel.CandidatePool.for_miss(
+        evaluator=None, workers=2, backend=backend,
+        autotuner=tiny_kernels.AXPB,
+        grid=lambda meta: (triton.cdiv(n, meta["BLOCK"]),),
+        args=(x, y, n, 2.0), kwargs={})
+    assert pool is not None and pool.gpu_count == 2
+    tasks = pool._tasks(tiny_kernels.GOOD)
+    assert [grid for _, grid in tasks] == [(7,), (4,)]
+    pickle.dumps((pool.gpu_spec, tasks))
