@@ -131,9 +131,9 @@ def describe(signature):
     parts = []
     for name, value in signature.items():
         if isinstance(value, str) and value.startswith("*"):
-            parts.append(f"{name}:{value[1:]}")
-        elif not (isinstance(value, str) and re.fullmatch(r"[iuf]p?\d+|i1",
-                                                          value)):
+            parts.append(f"{name}:{value[1:].replace(':16', '')}")
+        elif not (isinstance(value, str) and re.fullmatch(
+                r"([iuf]p?\d+|i1)(:16)?", value)):
             parts.append(f"{name}={value}")
     return ",".join(parts)
 
@@ -188,9 +188,23 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
     full = dict(signature)
     full.update(config_kwargs)
     consts = set(keys.constexpr_names(fn))
-    types, constexprs = {}, {}
-    for name in jit.arg_names:
-        if name in consts:
+    types, constexprs, attrs = {}, {}, {}
+    for index, name in enumerate(jit.arg_names):
+        value = full.get(name)
+        if name not in consts and isinstance(value, int) and \
+                not isinstance(value, bool):
+            # An integer argument given as a value: specialised, as
+            # Triton's launcher specialises an argument equal to 1 (a unit
+            # stride), which decides vectorised and pipelined loads.
+            types[name] = "constexpr"
+            constexprs[name] = value
+        elif name not in consts and isinstance(value, str) and \
+                value.endswith(":16"):
+            # "*bf16:16", "i32:16": divisible by 16, as the launcher marks
+            # pointers and integers that are.
+            types[name] = value[:-3]
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif name in consts:
             types[name] = "constexpr"
             if name in full:
                 constexprs[name] = full[name]
@@ -214,7 +228,7 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
         if num_ctas != 1:
             options["num_ctas"] = num_ctas
         compiled = triton.compile(
-            ASTSource(jit, types, constexprs=constexprs),
+            ASTSource(jit, types, constexprs=constexprs, attrs=attrs),
             target=GPUTarget("cuda", target.capability, 32), options=options)
     except Exception as e:  # classified; the reason is its last line
         result.ok = False
