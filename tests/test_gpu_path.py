@@ -474,3 +474,50 @@ def test_gpu_workers_get_lambda_grids_evaluated_per_config(monkeypatch):
     tasks = pool._tasks(tiny_kernels.GOOD)
     assert [grid for _, grid in tasks] == [(7,), (4,)]
     pickle.dumps((pool.gpu_spec, tasks))
+
+
+# -- compile in parallel, measure serially ----------------------------------
+
+def test_launch_signature_specialises_as_a_launch_does():
+    from autotune.kernels import matmul
+    from autotune.measure import compile_check
+    a = torch.empty(64, 32)
+    named = {"a": a, "b": a, "bias": a[0], "c": a, "M": 64, "N": 33, "K": 32,
+             "stride_am": 32, "stride_ak": 1, "stride_bk": 32,
+             "stride_bn": 1, "stride_cm": 32, "stride_cn": 1,
+             "ACTIVATION": "relu"}
+    sig = compile_check.launch_signature(
+        matmul.matmul_bias_act_kernel.base_fn, named)
+    assert sig["a"] == "*fp32:16" and sig["M"] == "i32:16"
+    assert sig["N"] == "i32" and sig["stride_ak"] == 1
+    assert sig["ACTIVATION"] == "relu"
+
+
+def test_gpu_miss_compiles_candidates_ahead_in_a_pool(monkeypatch,
+                                                      session_factory):
+    """On the GPU backend (faked), a miss hands every candidate to the
+    compile pool for the device's target before any is timed, with the
+    jobs the flag asks for; --autotune_compile_jobs=1 turns it off."""
+    import types
+
+    import tiny_kernels
+    from autotune.measure import compile_check
+    sess = session_factory(autotune_compile_jobs=3)
+    calls = []
+    monkeypatch.setattr(compile_check, "compile_ahead",
+                        lambda *a: calls.append(a) or [])
+    monkeypatch.setattr(torch.cuda, "get_device_capability",
+                        lambda device=None: (9, 0))
+    monkeypatch.setattr(sess, "backend", types.SimpleNamespace(
+        name="gpu", device="cuda:0"), raising=False)
+    tuner_ = tiny_kernels.AXPB
+    named = {"x": torch.arange(16.0), "y": torch.empty(16), "n": 16,
+             "alpha": 2.0}
+    tuner_._compile_ahead(sess, tiny_kernels.GOOD, named)
+    ((module, attr, signature, configs, target, jobs),) = calls
+    assert (module, attr) == ("tiny_kernels", "AXPB")
+    assert target.name == "sm_90" and jobs == 2  # no more jobs than configs
+    assert configs == tiny_kernels.GOOD and signature["n"] == "i32:16"
+    sess.options.autotune_compile_jobs = 1
+    tuner_._compile_ahead(sess, tiny_kernels.GOOD, named)
+    assert len(calls) == 1

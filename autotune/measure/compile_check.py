@@ -126,6 +126,44 @@ def call_signature(fn, named):
     return out
 
 
+def launch_signature(fn, named):
+    """{arg: type or value} that compiles what a launch with these
+    arguments compiles: Triton's launcher specialisation of them -- an
+    integer equal to 1 is a constant, integers and tensor addresses
+    divisible by 16 are marked so (":16"), None is a constant. Tuned
+    constexprs come from each config."""
+    consts = set(keys.constexpr_names(fn))
+    out = {}
+    for name, value in named.items():
+        if name in consts or value is None:
+            out[name] = value
+        elif isinstance(value, bool):
+            out[name] = "i1"
+        elif isinstance(value, int):
+            kind = triton_type(value)
+            out[name] = 1 if value == 1 else \
+                kind + (":16" if value % 16 == 0 else "")
+        elif hasattr(value, "data_ptr"):
+            out[name] = triton_type(value) + (
+                ":16" if value.data_ptr() % 16 == 0 else "")
+        else:
+            out[name] = triton_type(value)
+    return out
+
+
+def compile_ahead(module_name, kernel_attr, signature, configs, target,
+                  jobs):
+    """Compiles `configs` of a module-level kernel for `target` in `jobs`
+    spawned processes, into Triton's on-disk cache (TRITON_CACHE_DIR, the
+    children inherit it): the tuning process's own compile of each config
+    is then a cache hit. Returns the Results as dicts, in config order."""
+    tasks = [(module_name, None, kernel_attr,
+              {k: v for k, v in signature.items() if k not in c.kwargs},
+              _config_dict(c), dataclasses.astuple(target))
+             for c in configs]
+    return run_tasks(tasks, jobs)
+
+
 def describe(signature):
     """Short readable form: pointer dtypes and constexpr values."""
     parts = []
@@ -204,6 +242,9 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
             # pointers and integers that are.
             types[name] = value[:-3]
             attrs[(index,)] = [["tt.divisibility", 16]]
+        elif name not in consts and name in full and value is None:
+            types[name] = "constexpr"  # None arguments are constants
+            constexprs[name] = None
         elif name in consts:
             types[name] = "constexpr"
             if name in full:

@@ -18,11 +18,14 @@ import copy
 import hashlib
 import inspect
 import itertools
+import os
 import sys
+import time
 import warnings
 
 from triton.runtime.jit import KernelInterface
 
+from autotune import log as logs
 from autotune.errors import AutotuneArgumentError, AutotuneWarning
 from autotune.measure import backends
 from autotune import keys as keys_module
@@ -36,6 +39,8 @@ from autotune.runtime import parallel, tuning
 
 
 
+
+log = logs.get("tuning")
 
 SEARCHES = ("exhaustive", "evolutionary")
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg",
@@ -621,6 +626,7 @@ class Autotuner(KernelInterface):
                     if incumbent in configs and incumbent not in seeds \
                             and incumbent not in rest:
                         rest.append(incumbent)
+                self._compile_ahead(sess, list(seeds) + rest, named)
                 result = tuner.run_candidates(
                     evaluator if pool is None else pool.replay(evaluator),
                     list(seeds) + rest, "seeded" if seeds else "exhaustive",
@@ -656,6 +662,44 @@ class Autotuner(KernelInterface):
                      sorted(result.candidates,
                             key=lambda c: c.config.sort_key),
                      tuner.provenance_for(sess.backend, result))
+
+    def _compile_ahead(self, sess, configs, named):
+        """--autotune_compile_jobs on the GPU backend: compile the
+        candidates for the device's target in spawned processes into
+        Triton's on-disk cache while nothing is timed, so that each first
+        launch while measuring loads its binary instead of compiling it.
+        Needs the kernel under a module-level name (the processes import
+        it); otherwise candidates compile as they first run."""
+        jobs = sess.options.autotune_compile_jobs or min(os.cpu_count() or 1,
+                                                         8)
+        configs = list(dict.fromkeys(configs))
+        if sess.backend.name != "gpu" or jobs <= 1 or len(configs) <= 1:
+            return
+        where = parallel.module_name_of(self)
+        if where is None:
+            log.info(f"autotune: {self.name} is not a module-level name: "
+                     "its candidates compile in this process")
+            return
+        from autotune.measure import compile_check
+        import torch
+        major, minor = torch.cuda.get_device_capability(sess.backend.device)
+        target = compile_check.Target(f"sm_{major}{minor}",
+                                      major * 10 + minor)
+        start = time.perf_counter()
+        try:
+            signature = compile_check.launch_signature(self.base_fn, named)
+            results = compile_check.compile_ahead(
+                where[0], where[1], signature, configs, target,
+                min(jobs, len(configs)))
+        except Exception as e:  # the measurement compiles what is missing
+            detail = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            log.warning(f"autotune: {self.name}: compiling ahead failed "
+                        f"({detail}); candidates compile as they first run")
+            return
+        failed = sum(not r["ok"] for r in results)
+        log.info(f"autotune: {self.name}: {len(configs)} configs compiled "
+                 f"ahead in {time.perf_counter() - start:.1f} s with {jobs} "
+                 f"jobs ({failed} did not compile or exceed {target.name})")
 
     def _report(self, evaluator, result):
         if self.reference is not None or len(result.candidates) < 2:

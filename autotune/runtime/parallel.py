@@ -342,7 +342,7 @@ class CandidatePool:
         reason = None
         if count <= 1:
             reason = "one GPU visible"
-        kernel = _module_name_of(autotuner)
+        kernel = module_name_of(autotuner)
         if reason is None and kernel is None:
             reason = (f"{autotuner.name} is not a module-level name, so "
                       "worker processes cannot import it")
@@ -437,7 +437,7 @@ class CandidatePool:
             self.pool = None
 
 
-def _module_name_of(obj):
+def module_name_of(obj):
     """(module, attribute) under which `obj` is a module-level global."""
     import sys
     kernel = getattr(obj, "kernel", None)
