@@ -513,12 +513,8 @@ class Autotuner(KernelInterface):
             def bench(fn, quantiles):
                 return do_bench_cudagraph(fn, rep=rep, quantiles=quantiles)
         elif self.num_warmups is not None or self.num_reps is not None:
-            from triton.testing import do_bench
             warm = self.num_warmups if self.num_warmups is not None else 25
             rep = self.num_reps if self.num_reps is not None else 100
-
-            def bench(fn, quantiles):
-                return do_bench(fn, warmup=warm, rep=rep, quantiles=quantiles)
 
             def time_fn(run, setup=None):
                 # The backend's timing with Triton's warm-up and repetition
