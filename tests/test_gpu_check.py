@@ -34,10 +34,12 @@ def test_dry_run_report_has_every_section_and_figure(tmp_path):
     side = report["sections"]["side_by_side"]["results"]["kernels"]
     assert set(side) == {"softmax", "matmul_bias_relu"}
     for row in side.values():
-        for figure in gpu_check.FIGURES["side_by_side"]:
-            assert set(row[figure]) >= {"ours"} if figure.startswith(
-                "ratio") else set(row[figure]) == {"ours", "theirs"}
-            assert figure in markdown
+        for figure in gpu_check.FIGURES["side_by_side"][:-1]:
+            assert set(row[figure]) == {"ours", "theirs"}, figure
+            assert f"| {figure} |" in markdown
+        assert set(row["ratio_ours_over_triton"]) == {
+            "cold_tuning_s", "hit_overhead_us", "regret"}
+    assert "ours / triton" in markdown
     kernels = report["sections"]["kernels"]["results"]
     assert kernels["copy_gbps"] > 0
     assert {r["kernel"] for r in kernels["rows"]} == {"softmax", "layernorm"}
