@@ -391,7 +391,9 @@ class Checker:
         self.fingerprint = keys.kernel_fingerprint(kernel)
         self.jobs = jobs or min(4, os.cpu_count() or 1)
         tuned_free = {k: v for k, v in named.items()}
-        self.signature = call_signature(fn, tuned_free)
+        # Specialised as a GPU launch of these arguments would be: the
+        # shared memory and registers a GPU would see (pipelined loads).
+        self.signature = launch_signature(fn, tuned_free)
 
     def _key(self, config, target):
         return (self.file, self.kernel_name, self.fingerprint,
