@@ -137,6 +137,13 @@ FLAGS = (
         "fusion, compile every config for each with Triton's compiler and "
         "drop those that fail or exceed the target's limits."),
     FlagSpec(
+        "autotune_compile_jobs", "integer", 0,
+        "GPU backend: on a miss, compile the candidates for the device's "
+        "target in this many processes (into Triton's on-disk cache) before "
+        "timing them one by one; 0: the number of CPUs, at most 8; 1: "
+        "compile in the tuning process as each is first launched.",
+        lower_bound=0),
+    FlagSpec(
         "autotune_incumbents_from", "list", (),
         "Comma-separated results files whose entries are incumbents: a "
         "fusion being tuned keeps its incumbent's config unless a challenger "
@@ -314,6 +321,10 @@ def resolve_options(options, env=None):
             or workers < 1:
         raise AutotuneFlagsError(
             f"autotune_workers must be a whole number >= 1, got {workers!r}")
+    jobs = options.autotune_compile_jobs
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise AutotuneFlagsError(
+            f"autotune_compile_jobs must be a whole number >= 0, got {jobs!r}")
     for spec in FLAGS:
         if spec.path and spec.kind != "list":
             setattr(options, spec.name, resolve_path(

@@ -1,26 +1,39 @@
-"""The GPU check: everything a machine with one NVIDIA GPU can tell us that
-the CPU machines cannot, in one command (bench/gpu_check.sh runs this).
+"""The GPU check: what a machine with one NVIDIA GPU can tell us that the
+CPU machines cannot, in one command (bench/gpu_check.sh runs this).
 
     python bench/gpu_check.py [--dry-run] [--out DIR]
 
-1. the device key and the versions (python, torch, triton, protobuf, CUDA);
-2. the GPU-relevant tests, on the GPU backend;
-3. the example suite in plain Python, cold (tunes and dumps) then warm
-   (loads; asserts 0 candidate benchmarks and every fusion a hit), with
-   both wall times;
-4. the tuned matmul+bias+activation against torch (cuBLAS + torch ops) in
-   TFLOP/s, the tuned softmax and layernorm in GB/s, at a few shapes;
-5. a JSON and a markdown report in --out (default $OUT, else a temporary
-   directory).
+Sections, each in a process of its own with its own time budget inside the
+whole one (GPU_CHECK_LIMIT_S, 8 minutes): a section that runs over is cut
+and reported as cut, with what it had written so far; the report
+(gpu_check.json and gpu_check.md in --out, default $OUT) is rewritten after
+every section, so a timeout or a crash loses nothing that was measured.
 
---dry-run: on a machine without a GPU, the same steps on Triton's
-interpreter with tiny shapes and one example, so that CI checks the script
-itself; the figures mean nothing there.
+preflight     versions, the device key, one small kernel compiled and
+              launched (a missing C compiler, Python headers or libcuda
+              shows here, in seconds)
+tests         the GPU-relevant tests on the GPU backend (no -x: one failure
+              does not hide the others)
+suite         the example suite cold (tunes, dumps) then warm (loads; 0
+              candidate benchmarks, every fusion a hit)
+side_by_side  this autotuner and triton.autotune on the same kernels and
+              configs in one process: cold tuning wall time and the share
+              that is compilation, hit overhead against a plain launch,
+              regret against an oracle pass, agreement over K fresh tunings
+kernels       the tuned matmul+bias+activation against torch in TFLOP/s at
+              4096^3 and two skinny shapes; softmax and layernorm in GB/s
+              against the device's copy bandwidth measured in the same run
+compile_jobs  cold tuning of the matmul with --autotune_compile_jobs=1 and
+              with all jobs
+
+--dry-run: every section on Triton's interpreter with tiny sizes, so CI
+checks the script itself; the figures mean nothing there.
 """
 import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,78 +42,166 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+# (name, seconds): each within the whole budget, their sum below it.
+SECTIONS = [("preflight", 40), ("tests", 110), ("suite", 70),
+            ("side_by_side", 110), ("kernels", 70), ("compile_jobs", 40)]
+TOTAL_S = float(os.environ.get("GPU_CHECK_LIMIT_S", "480")) - 20.0
+# The dry run interprets every kernel on a CI machine: the same sections,
+# budgets this many times longer (gpu_check.sh raises the whole limit too).
+DRY_RUN_SCALE = 4.0
+
 GPU_TESTS = ["tests/test_gpu_path.py", "tests/test_runtime.py",
-             "tests/test_compile_check.py"]
-# Interpreter-only assertions (the device key of the CPU backend).
-GPU_DESELECT = ["tests/test_runtime.py::"
-                "test_cache_of_another_device_is_reported_not_used"]
+             "tests/test_compile_check.py", "tests/test_dropin_api.py",
+             "tests/test_dropin.py"]
+# Interpreter-only assertions (they expect the CPU backend's device key).
+GPU_DESELECT = [
+    "tests/test_runtime.py::test_cache_of_another_device_is_reported_not_used",
+    "tests/test_runtime.py::test_expected_gpu_mismatch"]
+
+# Every figure the report names, by section (tests/test_gpu_check.py reads
+# this list against a dry run's report).
+FIGURES = {
+    "preflight": ["device_key", "launch_seconds"],
+    "tests": ["summary", "ok"],
+    "suite": ["cold", "warm"],
+    "side_by_side": ["cold_tuning_s", "compile_share", "hit_overhead_us",
+                     "regret", "winner_flip_rate", "within_2pct_of_best",
+                     "ratio_ours_over_triton"],
+    "kernels": ["matmul", "copy_gbps", "rows"],
+    "compile_jobs": ["cold_tuning_s_1_job", "cold_tuning_s_all_jobs",
+                     "jobs"],
+}
 
 
 def log(text):
     print(f"gpu_check: {text}", flush=True)
 
 
-def run(cmd, env, timeout):
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    return proc, time.perf_counter() - start
+def _figure(value):
+    return None if value is None else float(f"{value:.4g}")
 
 
-def versions():
+class Partial:
+    """A section's results, written to disk whenever one is added: what a
+    cut section had measured survives it."""
+
+    def __init__(self, path):
+        self.path = path
+        self.data = {}
+
+    def __setitem__(self, key, value):
+        self.data[key] = value
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.data, f, indent=1, sort_keys=True, default=str)
+        os.replace(tmp, self.path)
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+
+# -- timing -----------------------------------------------------------------
+
+def _timer(dry_run):
+    """Median milliseconds of fn: do_bench on the GPU, wall clock on the
+    interpreter."""
+    if not dry_run:
+        from triton.testing import do_bench
+
+        def time_ms(fn):
+            return do_bench(fn, warmup=10, rep=40, return_mode="median")
+        return time_ms
+
+    def time_ms(fn):
+        samples = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(samples)
+    return time_ms
+
+
+def _sync(dry_run):
+    if not dry_run:
+        import torch
+        torch.cuda.synchronize()
+
+
+# -- sections ---------------------------------------------------------------
+
+def section_preflight(out, dry_run, env):
     import google.protobuf
     import torch
     import triton
+    import triton.language as tl
 
     from autotune.measure import backends
-    backend = backends.select_backend("auto")
-    return {"device_key": backend.device_key(), "backend": backend.name,
-            "python": platform.python_version(), "torch": torch.__version__,
-            "triton": triton.__version__,
-            "protobuf": google.protobuf.__version__,
-            "cuda": torch.version.cuda or "",
-            "gpu": torch.cuda.get_device_name() if backend.name == "gpu"
-            else ""}
+    backend = backends.select_backend("interpreter" if dry_run else "gpu")
+    out["device_key"] = backend.device_key()
+    out["versions"] = {
+        "python": platform.python_version(), "torch": torch.__version__,
+        "triton": triton.__version__,
+        "protobuf": google.protobuf.__version__,
+        "cuda": torch.version.cuda or "",
+        "gpu": torch.cuda.get_device_name() if not dry_run else ""}
+
+    @triton.jit
+    def add_one(x, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1.0,
+                 mask=offs < n)
+    start = time.perf_counter()
+    x = torch.zeros(16, device=backend.device)
+    add_one[(1,)](x, 16, BLOCK=16)
+    _sync(dry_run)
+    out["launch_seconds"] = round(time.perf_counter() - start, 2)
+    out["ok"] = bool((x == 1).all().item())
 
 
-def step_tests(env, dry_run):
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+def section_tests(out, dry_run, env):
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     if dry_run:
-        # The interpreter runs these in CI already; one file checks the step.
-        cmd += ["tests/test_gpu_path.py", "-k", "classified or tolerance"]
+        # The interpreter runs these in CI already; a few check the step.
+        cmd += ["tests/test_gpu_path.py", "-k",
+                "classified or tolerance or quartiles"]
     else:
         cmd += GPU_TESTS + [f"--deselect={d}" for d in GPU_DESELECT]
-    proc, seconds = run(cmd, env, timeout=300)
-    tail = (proc.stdout.strip().splitlines() or [""])[-1]
-    log(f"tests: {tail} ({seconds:.1f} s)")
-    if proc.returncode != 0:
+    out["command"] = " ".join(cmd[1:])
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True,
+                          text=True)
+    lines = proc.stdout.strip().splitlines() or [""]
+    out["failures"] = [ln for ln in lines if ln.startswith("FAILED")][:20]
+    out["summary"] = lines[-1]
+    out["seconds"] = round(time.perf_counter() - start, 1)
+    out["ok"] = proc.returncode == 0
+    if not out["ok"]:
         print(proc.stdout[-4000:], proc.stderr[-2000:], file=sys.stderr)
-    return {"command": " ".join(cmd[1:]), "ok": proc.returncode == 0,
-            "summary": tail, "seconds": round(seconds, 1)}
 
 
-def step_suite(env, work, dry_run):
-    """Cold (tune + dump) then warm (load, require complete) runs of the
-    example suite in plain Python."""
+def section_suite(out, dry_run, env):
     examples = ["examples/xla_style_test.py"] if dry_run else \
         ["examples/fused_kernels_test.py", "examples/xla_style_test.py"]
-    out = {"examples": examples, "cold": {}, "warm": {}}
+    work = tempfile.mkdtemp(prefix="gpu_check_suite.")
+    cold, warm = {}, {}
     for example in examples:
         name = os.path.splitext(os.path.basename(example))[0]
-        # As under bazel test: a dump goes to the test's outputs directory.
         outputs = os.path.join(work, name)
         os.makedirs(outputs, exist_ok=True)
         cache = os.path.join(outputs, "autotune_cache.textproto")
-        for phase, flags in (
-                ("cold", f"--dump_autotune_results_to={cache}"),
+        for phase, flags, table in (
+                ("cold", f"--dump_autotune_results_to={cache}", cold),
                 ("warm", f"--load_autotune_results_from={cache} "
-                         "--require_complete_autotune_results")):
+                         "--require_complete_autotune_results", warm)):
             report_path = os.path.join(work, f"{name}.{phase}.json")
             run_env = dict(env, TEST_UNDECLARED_OUTPUTS_DIR=outputs,
                            AUTOTUNE_FLAGS=(f"{flags} --autotune_report_to="
                                            f"{report_path}"))
-            proc, seconds = run([sys.executable, example], run_env,
-                                timeout=240)
+            start = time.perf_counter()
+            proc = subprocess.run([sys.executable, example], cwd=ROOT,
+                                  env=run_env, capture_output=True, text=True)
+            seconds = time.perf_counter() - start
             report = {}
             if os.path.exists(report_path):
                 with open(report_path) as f:
@@ -110,173 +211,532 @@ def step_suite(env, work, dry_run):
                       "wall_seconds": round(seconds, 2),
                       "fusions": len(fusions),
                       "candidate_benchmarks":
-                          report.get("candidate_benchmarks"),
-                      "hits": report.get("hits")}
+                          report.get("candidate_benchmarks")}
             if phase == "warm":
-                all_hits = bool(fusions) and all(
-                    f["status"] == "hit" for f in fusions)
-                result["ok"] = result["ok"] and all_hits and \
+                result["ok"] = result["ok"] and bool(fusions) and all(
+                    f["status"] == "hit" for f in fusions) and \
                     report.get("candidate_benchmarks") == 0
             if not result["ok"]:
                 print(proc.stdout[-3000:], proc.stderr[-3000:],
                       file=sys.stderr)
-            out[phase][name] = result
+            table[name] = result
+            out[phase] = table
             log(f"{name} {phase}: {'ok' if result['ok'] else 'FAILED'}, "
-                f"{seconds:.1f} s, {result['fusions']} fusions, "
-                f"{result['candidate_benchmarks']} candidate benchmarks")
+                f"{seconds:.1f} s, {result['fusions']} fusions")
+    out["ok"] = all(r["ok"] for r in list(cold.values()) +
+                    list(warm.values()))
+
+
+# Side by side: the same JIT kernels and configs under both autotuners.
+
+def _side_by_side_cases(dry_run):
+    """[(name, jit kernel, [autotune.Config], key, make_args(),
+    grid(meta))]: the softmax example and the matmul, at one small shape
+    on the interpreter."""
+    import torch
+    import triton
+
+    from autotune.kernels import matmul, softmax
+    dev = "cpu" if dry_run else "cuda"
+    dtype = torch.float32 if dry_run else torch.bfloat16
+    rows, cols = (8, 64) if dry_run else (4096, 2048)
+    m, n, k = (32, 32, 32) if dry_run else (4096, 4096, 4096)
+
+    def softmax_args():
+        x = torch.randn(rows, cols, device=dev, dtype=dtype)
+        y = torch.empty_like(x)
+        return (x, y, rows, cols, x.stride(0)), \
+            {"BLOCK_COLS": triton.next_power_of_2(cols)}
+
+    def matmul_args():
+        a = torch.randn(m, k, device=dev, dtype=dtype)
+        b = torch.randn(k, n, device=dev, dtype=dtype)
+        bias = torch.randn(n, device=dev, dtype=dtype)
+        c = torch.empty(m, n, device=dev, dtype=dtype)
+        return (a, b, bias, c, m, n, k, a.stride(0), a.stride(1),
+                b.stride(0), b.stride(1), c.stride(0), c.stride(1)), \
+            {"ACTIVATION": "relu", "INPUT_PRECISION": "ieee"}
+    # Two configs each on the interpreter: the script is checked, not the
+    # figures.
+    keep = 2 if dry_run else None
+    mm_configs = matmul.matmul_bias_act_kernel.configs[:keep]
+    return [
+        ("softmax", softmax.softmax_kernel.kernel,
+         softmax.softmax_kernel.configs[:keep], ["n_rows", "n_cols"],
+         softmax_args,
+         lambda meta: (triton.cdiv(rows, meta["ROWS"]),)),
+        ("matmul_bias_relu", matmul.matmul_bias_act_kernel.kernel,
+         mm_configs, ["M", "N", "K"], matmul_args,
+         lambda meta: (triton.cdiv(m, meta["BLOCK_M"])
+                       * triton.cdiv(n, meta["BLOCK_N"]),))]
+
+
+def _triton_configs(configs):
+    import triton
+    return [triton.Config(dict(c.kwargs), num_warps=c.num_warps,
+                          num_stages=c.num_stages) for c in configs]
+
+
+def _config_text(kwargs, num_warps, num_stages):
+    return " ".join(f"{k}={v}" for k, v in sorted(kwargs.items())) + \
+        f" w{num_warps} s{num_stages}"
+
+
+def _cpu_do_bench(fn, quantiles=None, **_):
+    """Triton's autotuner on the interpreter: a wall-clock do_bench."""
+    samples = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    samples.sort()
+    return [samples[1]] * len(quantiles) if quantiles else samples[1]
+
+
+def _make_tuners(case, dry_run):
+    """(ours, theirs): fresh autotuners of one kernel and config list."""
+    import triton.runtime.autotuner as triton_autotuner
+
+    import autotune
+    name, jit, configs, key, _, _ = case
+    ours = autotune.tune(jit, configs, key=key, name=f"{name}_ours")
+    theirs = triton_autotuner.Autotuner(
+        jit, jit.arg_names, _triton_configs(configs), key, None, None,
+        do_bench=_cpu_do_bench if dry_run else None)
+    return ours, theirs
+
+
+def _tune_once(case, dry_run):
+    """Cold tunings in this process: {'ours': (seconds, config text),
+    'theirs': ...}."""
+    import autotune
+    name, jit, configs, key, make_args, grid = case
+    out = {}
+    ours, theirs = _make_tuners(case, dry_run)
+    for who, tuner in (("ours", ours), ("theirs", theirs)):
+        autotune.configure()  # an empty in-memory cache
+        args, kwargs = make_args()
+        start = time.perf_counter()
+        tuner[grid](*args, **kwargs)
+        _sync(dry_run)
+        seconds = time.perf_counter() - start
+        best = tuner.best_config
+        out[who] = (seconds, _config_text(best.kwargs, best.num_warps,
+                                          best.num_stages))
     return out
 
 
-def _figure(value):
-    return float(f"{value:.4g}")
+def _oracle(case, dry_run, rounds):
+    """True time (ms) of every config: do_bench of plain launches, rounds
+    interleaved across configs, median per config."""
+    _, jit, configs, _, make_args, grid = case
+    time_ms = _timer(dry_run)
+    args, kwargs = make_args()
+    times = {}
+    for _ in range(rounds):
+        for c in configs:
+            text = _config_text(c.kwargs, c.num_warps, c.num_stages)
+
+            def launch(c=c):
+                jit[grid](*args, **kwargs, **c.all_kwargs())
+            try:
+                times.setdefault(text, []).append(time_ms(launch))
+            except Exception:  # noqa: BLE001 -- a config that cannot run
+                times.setdefault(text, []).append(float("inf"))
+    return {t: statistics.median(v) for t, v in times.items()}
 
 
-def _timer(backend):
-    """Median milliseconds of fn: triton.testing.do_bench on the GPU, the
-    backend's wall-clock timing on the interpreter."""
-    if backend.name == "gpu":
-        from triton.testing import do_bench
+def _hit_overhead_us(case, dry_run, calls):
+    """Per-call host time of a tuned kernel on its hit path minus a plain
+    JITFunction launch of the same config, interleaved; per autotuner."""
+    import autotune
+    name, jit, configs, key, make_args, grid = case
+    ours, theirs = _make_tuners(case, dry_run)
+    autotune.configure()
+    args, kwargs = make_args()
+    ours[grid](*args, **kwargs)
+    theirs[grid](*args, **kwargs)
+    _sync(dry_run)
+    best = {"ours": ours.best_config.all_kwargs(),
+            "theirs": theirs.best_config.all_kwargs()}
+    per_call = {"ours": [], "theirs": [], "plain_ours": [],
+                "plain_theirs": []}
+    for _ in range(5):
+        for who, fn in (
+                ("ours", lambda: ours[grid](*args, **kwargs)),
+                ("plain_ours", lambda: jit[grid](*args, **kwargs,
+                                                 **best["ours"])),
+                ("theirs", lambda: theirs[grid](*args, **kwargs)),
+                ("plain_theirs", lambda: jit[grid](*args, **kwargs,
+                                                   **best["theirs"]))):
+            _sync(dry_run)
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            _sync(dry_run)
+            per_call[who].append((time.perf_counter() - start) / calls * 1e6)
+    med = {k: statistics.median(v) for k, v in per_call.items()}
+    return {"ours": med["ours"] - med["plain_ours"],
+            "theirs": med["theirs"] - med["plain_theirs"]}
 
-        def time_ms(fn):
-            return do_bench(fn, warmup=25, rep=100, return_mode="median")
-    else:
-        def time_ms(fn):
-            return backend.time(fn).median_us / 1e3
-    return time_ms
+
+def _fresh_tunings(case_name, dry_run, count, env, deadline):
+    """Picks of `count` fresh processes (empty caches)."""
+    picks = {"ours": [], "theirs": []}
+    for _ in range(count):
+        left = deadline - time.time()
+        if left < 5:
+            break
+        cmd = [sys.executable, os.path.abspath(__file__), "--tune-once",
+               case_name] + (["--dry-run"] if dry_run else [])
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True,
+                                  text=True, timeout=left)
+        except subprocess.TimeoutExpired:
+            break
+        if proc.returncode != 0:
+            print(proc.stderr[-2000:], file=sys.stderr)
+            continue
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        for who in picks:
+            picks[who].append(result[who][1])
+    return picks
 
 
-def step_kernels(dry_run):
+def section_side_by_side(out, dry_run, env, budget_s=110):
+    deadline = time.time() + budget_s - 10
+    fresh = 1 if dry_run else 4
+    results = {}
+    for case in _side_by_side_cases(dry_run):
+        name = case[0]
+        row = {}
+        first = _tune_once(case, dry_run)
+        # Again in the same process: the binaries are compiled now, so
+        # the difference is the compilation in the first tuning.
+        again = _tune_once(case, dry_run)
+        row["cold_tuning_s"] = {w: _figure(first[w][0]) for w in first}
+        row["compile_share"] = {
+            w: _figure(max(0.0, first[w][0] - again[w][0]) / first[w][0])
+            for w in first}
+        results[name] = row
+        out["kernels"] = results
+        row["hit_overhead_us"] = {
+            w: _figure(v) for w, v in _hit_overhead_us(
+                case, dry_run, 3 if dry_run else 200).items()}
+        out["kernels"] = results
+        oracle = _oracle(case, dry_run, 1 if dry_run else 3)
+        best = min(oracle.values())
+        row["oracle_best"] = min(oracle, key=oracle.get)
+        row["regret"] = {w: _figure(oracle[first[w][1]] / best)
+                         for w in first}
+        out["kernels"] = results
+        picks = _fresh_tunings(name, dry_run, fresh, env, deadline)
+        for w in picks:
+            picks[w] = [first[w][1], again[w][1]] + picks[w]
+        row["picks"] = picks
+        row["winner_flip_rate"] = {
+            w: _figure(1.0 - max(p.count(x) for x in p) / len(p))
+            for w, p in picks.items()}
+        row["within_2pct_of_best"] = {
+            w: _figure(sum(oracle.get(x, float("inf")) <= 1.02 * best
+                           for x in p) / len(p)) for w, p in picks.items()}
+        row["ratio_ours_over_triton"] = {
+            fig: _figure(row[fig]["ours"] / row[fig]["theirs"])
+            if row[fig]["theirs"] else None
+            for fig in ("cold_tuning_s", "hit_overhead_us", "regret")}
+        out["kernels"] = results
+        log(f"side by side {name}: {row['ratio_ours_over_triton']}")
+    for fig in FIGURES["side_by_side"]:
+        out[fig] = {n: r.get(fig) for n, r in results.items()}
+
+
+def section_kernels(out, dry_run, env):
     import torch
 
     import autotune
     from autotune.kernels import layernorm, matmul, softmax
     autotune.configure()
-    backend = autotune.session().backend
     dev = autotune.device()
-    time_ms = _timer(backend)
+    time_ms = _timer(dry_run)
     torch.manual_seed(0)
+    # The device's copy bandwidth: read + write of a large buffer.
+    size = 1 << 16 if dry_run else 1 << 28
+    src = torch.empty(size, device=dev, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    out["copy_gbps"] = _figure(2.0 * size / time_ms(lambda: dst.copy_(src))
+                               / 1e6)
+    dtype = torch.float32 if dry_run else torch.bfloat16
+    shapes = [(64, 64, 64)] if dry_run else \
+        [(4096, 4096, 4096), (16384, 1024, 1024), (64, 8192, 4096)]
     rows = []
-    mm_shapes = [(64, 64, 64)] if dry_run else \
-        [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
-         (8192, 1024, 4096)]
-    dtypes = [torch.float32] if dry_run else [torch.float16, torch.float32]
-    for dtype in dtypes:
-        for m, n, k in mm_shapes:
-            a = torch.randn(m, k, device=dev, dtype=dtype)
-            b = torch.randn(k, n, device=dev, dtype=dtype)
-            bias = torch.randn(n, device=dev, dtype=dtype)
-            start = time.perf_counter()
-            got = matmul.matmul_bias_act(a, b, bias, "relu")  # tunes
-            tune_s = time.perf_counter() - start
-            rtol, atol = matmul.tolerance(a, b)
-            torch.testing.assert_close(got.float(), matmul.reference(
-                a, b, bias, "relu").float(), rtol=rtol, atol=atol)
-            ours = time_ms(lambda: matmul.matmul_bias_act(a, b, bias, "relu"))
-            theirs = time_ms(lambda: torch.relu(a @ b + bias))
-            flops = 2.0 * m * n * k
-            rows.append({"kernel": "matmul_bias_relu", "dtype": str(dtype),
-                         "shape": f"{m}x{n}x{k}",
-                         "tuned_ms": round(ours, 4),
-                         "torch_ms": round(theirs, 4),
-                         "tuned_tflops": _figure(flops / ours / 1e9),
-                         "torch_tflops": _figure(flops / theirs / 1e9),
-                         "tuning_s": round(tune_s, 2)})
-    row_shapes = [(8, 64)] if dry_run else [(4096, 1024), (16384, 2048),
-                                            (4096, 8192)]
-    for dtype in dtypes:
-        for r, c in row_shapes:
-            x = torch.randn(r, c, device=dev, dtype=dtype)
-            w = torch.randn(c, device=dev, dtype=dtype)
-            bb = torch.randn(c, device=dev, dtype=dtype)
-            moved = 2.0 * x.numel() * x.element_size()  # read x, write y
-            for name, ours_fn, theirs_fn in (
-                    ("softmax", lambda: softmax.softmax(x),
-                     lambda: torch.softmax(x, dim=-1)),
-                    ("layernorm", lambda: layernorm.layernorm(x, w, bb),
-                     lambda: torch.nn.functional.layer_norm(
-                         x, (c,), w, bb, 1e-5))):
-                ours_fn()  # tunes
-                ours = time_ms(ours_fn)
-                theirs = time_ms(theirs_fn)
-                rows.append({"kernel": name, "dtype": str(dtype),
-                             "shape": f"{r}x{c}", "tuned_ms": round(ours, 4),
-                             "torch_ms": round(theirs, 4),
-                             "tuned_gbps": _figure(moved / ours / 1e6),
-                             "torch_gbps": _figure(moved / theirs / 1e6)})
-    for row in rows:
-        unit = "TFLOP/s" if "tuned_tflops" in row else "GB/s"
-        ours = row.get("tuned_tflops", row.get("tuned_gbps"))
-        theirs = row.get("torch_tflops", row.get("torch_gbps"))
-        log(f"{row['kernel']:<17} {row['dtype']:<14} {row['shape']:<16} "
-            f"tuned {ours:>9} {unit}  torch {theirs:>9} {unit}")
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device=dev, dtype=dtype)
+        b = torch.randn(k, n, device=dev, dtype=dtype)
+        bias = torch.randn(n, device=dev, dtype=dtype)
+        start = time.perf_counter()
+        matmul.matmul_bias_act(a, b, bias, "relu")  # tunes
+        tune_s = time.perf_counter() - start
+        ours = time_ms(lambda: matmul.matmul_bias_act(a, b, bias, "relu"))
+        theirs = time_ms(lambda: torch.relu(a @ b + bias))
+        flops = 2.0 * m * n * k
+        rows.append({"kernel": "matmul_bias_relu", "dtype": str(dtype),
+                     "shape": f"{m}x{n}x{k}", "tuning_s": round(tune_s, 2),
+                     "tuned_tflops": _figure(flops / ours / 1e9),
+                     "torch_tflops": _figure(flops / theirs / 1e9)})
+        out["matmul"] = rows
+    row_shapes = [(8, 64)] if dry_run else [(16384, 2048), (4096, 8192)]
+    bandwidth_rows = []
+    for r, c in row_shapes:
+        x = torch.randn(r, c, device=dev, dtype=dtype)
+        w = torch.randn(c, device=dev, dtype=dtype)
+        bb = torch.randn(c, device=dev, dtype=dtype)
+        moved = 2.0 * x.numel() * x.element_size()  # read x, write y
+        for name, ours_fn, theirs_fn in (
+                ("softmax", lambda: softmax.softmax(x),
+                 lambda: torch.softmax(x, dim=-1)),
+                ("layernorm", lambda: layernorm.layernorm(x, w, bb),
+                 lambda: torch.nn.functional.layer_norm(x, (c,), w, bb,
+                                                        1e-5))):
+            ours_fn()  # tunes
+            ours_gbps = moved / time_ms(ours_fn) / 1e6
+            bandwidth_rows.append({
+                "kernel": name, "dtype": str(dtype), "shape": f"{r}x{c}",
+                "tuned_gbps": _figure(ours_gbps),
+                "torch_gbps": _figure(moved / time_ms(theirs_fn) / 1e6),
+                "share_of_copy": _figure(ours_gbps / out["copy_gbps"])})
+            out["rows"] = bandwidth_rows
     autotune.session().finish()
-    return rows
+
+
+def section_compile_jobs(out, dry_run, env):
+    """Cold tuning of the matmul in a fresh process, compile jobs 1 and
+    all (a fresh Triton cache directory each, so both compile)."""
+    jobs = min(os.cpu_count() or 1, 8)
+    out["jobs"] = jobs
+    for label, n in (("cold_tuning_s_1_job", 1),
+                     ("cold_tuning_s_all_jobs", jobs)):
+        cache_dir = tempfile.mkdtemp(prefix="gpu_check_triton_cache.")
+        run_env = dict(env, TRITON_CACHE_DIR=cache_dir,
+                       AUTOTUNE_FLAGS=f"--autotune_compile_jobs={n}")
+        cmd = [sys.executable, os.path.abspath(__file__),
+               "--tune-example"] + (["--dry-run"] if dry_run else [])
+        proc = subprocess.run(cmd, cwd=ROOT, env=run_env, text=True,
+                              capture_output=True)
+        if proc.returncode != 0:
+            out[label] = None
+            out[label + "_error"] = (proc.stderr.strip().splitlines()
+                                     or [""])[-1][:200]
+            continue
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        out[label] = _figure(result["ours"][0])
+
+
+def _tune_example(dry_run):
+    import torch
+
+    from autotune.kernels import matmul
+    dev = "cpu" if dry_run else "cuda"
+    size = 32 if dry_run else 4096
+    dtype = torch.float32 if dry_run else torch.bfloat16
+    a = torch.randn(size, size, device=dev, dtype=dtype)
+    b = torch.randn(size, size, device=dev, dtype=dtype)
+    bias = torch.randn(size, device=dev, dtype=dtype)
+    start = time.perf_counter()
+    matmul.matmul_bias_act(a, b, bias, "relu")
+    _sync(dry_run)
+    return time.perf_counter() - start
+
+
+SECTION_FUNCTIONS = {"preflight": section_preflight, "tests": section_tests,
+                     "suite": section_suite,
+                     "side_by_side": section_side_by_side,
+                     "kernels": section_kernels,
+                     "compile_jobs": section_compile_jobs}
+
+
+# -- the report -------------------------------------------------------------
+
+def _cell(value):
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_cell(v)}" for k, v in value.items())
+    return str(value)
 
 
 def markdown(report):
-    v = report["versions"]
-    lines = [f"# GPU check: {v['device_key']}", "",
-             f"python {v['python']}, torch {v['torch']}, triton "
-             f"{v['triton']}, protobuf {v['protobuf']}, CUDA {v['cuda']}"
-             + (" (dry run on the interpreter: figures mean nothing)"
-                if report["dry_run"] else ""), "",
-             f"Tests: {report['tests']['summary']} "
-             f"({report['tests']['seconds']} s)", "",
-             "| example | cold s | warm s | fusions | warm benchmarks | ok |",
-             "|---|---|---|---|---|---|"]
-    for name, cold in report["suite"]["cold"].items():
-        warm = report["suite"]["warm"].get(name, {})
-        lines.append(f"| {name} | {cold['wall_seconds']} | "
-                     f"{warm.get('wall_seconds')} | {cold['fusions']} | "
-                     f"{warm.get('candidate_benchmarks')} | "
-                     f"{cold['ok'] and warm.get('ok')} |")
-    lines += ["", "| kernel | dtype | shape | tuned | torch | unit |",
-              "|---|---|---|---|---|---|"]
-    for row in report["kernels"]:
-        unit = "TFLOP/s" if "tuned_tflops" in row else "GB/s"
-        lines.append(
-            f"| {row['kernel']} | {row['dtype']} | {row['shape']} | "
-            f"{row.get('tuned_tflops', row.get('tuned_gbps'))} | "
-            f"{row.get('torch_tflops', row.get('torch_gbps'))} | {unit} |")
-    lines += ["", f"Total: {report['seconds']} s; ok: {report['ok']}", ""]
+    pre = report["sections"].get("preflight", {}).get("results", {})
+    lines = [f"# GPU check: {pre.get('device_key', '?')}", ""]
+    if pre.get("versions"):
+        lines += [", ".join(f"{k} {v}" for k, v in pre["versions"].items()
+                            if v), ""]
+    if report["dry_run"]:
+        lines += ["Dry run on Triton's interpreter: the figures mean "
+                  "nothing, the sections and their figures are checked.", ""]
+    lines += ["| section | status | seconds | budget s |", "|---|---|---|---|"]
+    for name, _ in SECTIONS:
+        s = report["sections"].get(name, {"status": "not run"})
+        lines.append(f"| {name} | {s['status']} | {s.get('seconds', '')} | "
+                     f"{s.get('budget_s', '')} |")
+    for name, _ in SECTIONS:
+        s = report["sections"].get(name)
+        if not s:
+            continue
+        res = s.get("results", {})
+        lines += ["", f"## {name} ({s['status']})", ""]
+        if s.get("error"):
+            lines += [f"error: `{s['error']}`", ""]
+        if name == "side_by_side":
+            lines += ["| kernel | figure | ours | triton.autotune | "
+                      "ours / triton |", "|---|---|---|---|---|"]
+            for kernel, row in res.get("kernels", {}).items():
+                ratios = row.get("ratio_ours_over_triton", {})
+                for fig in FIGURES["side_by_side"][:-1]:
+                    v = row.get(fig)
+                    if not isinstance(v, dict):
+                        continue
+                    lines.append(f"| {kernel} | {fig} | {v.get('ours')} | "
+                                 f"{v.get('theirs')} | "
+                                 f"{ratios.get(fig, '')} |")
+            continue
+        if name == "kernels":
+            lines += [f"copy_gbps (device copy bandwidth): "
+                      f"{res.get('copy_gbps')}", "",
+                      "| kernel | dtype | shape | tuned | torch | unit | "
+                      "share of copy |", "|---|---|---|---|---|---|---|"]
+            for row in res.get("matmul", []):
+                lines.append(f"| {row['kernel']} | {row['dtype']} | "
+                             f"{row['shape']} | {row['tuned_tflops']} | "
+                             f"{row['torch_tflops']} | TFLOP/s | |")
+            for row in res.get("rows", []):
+                lines.append(f"| {row['kernel']} | {row['dtype']} | "
+                             f"{row['shape']} | {row['tuned_gbps']} | "
+                             f"{row['torch_gbps']} | GB/s | "
+                             f"{row['share_of_copy']} |")
+            continue
+        for key in FIGURES.get(name, []):
+            if key in res:
+                lines.append(f"- {key}: {_cell(res[key])}")
+        for key in sorted(set(res) - set(FIGURES.get(name, []))):
+            if key not in ("versions",):
+                lines.append(f"- {key}: {_cell(res[key])}")
+    lines += ["", f"Total: {report['seconds']} s of {report['limit_s']} s; "
+              f"ok: {report['ok']}", ""]
     return "\n".join(lines)
+
+
+def write_report(out_dir, report):
+    for name, text in (("gpu_check.json",
+                        json.dumps(report, indent=1, sort_keys=True,
+                                   default=str)),
+                       ("gpu_check.md", markdown(report))):
+        tmp = os.path.join(out_dir, name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(out_dir, name))
+
+
+def run_section(name, budget_s, out_dir, env, dry_run):
+    """Runs one section in a child process within budget_s; returns its
+    entry for the report (status ok, failed, cut)."""
+    path = os.path.join(out_dir, "sections", f"{name}.json")
+    if os.path.exists(path):
+        os.remove(path)
+    cmd = [sys.executable, os.path.abspath(__file__), "--section", name,
+           "--out", out_dir, "--budget", str(budget_s)] + \
+        (["--dry-run"] if dry_run else [])
+    start = time.perf_counter()
+    entry = {"budget_s": round(budget_s)}
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, text=True,
+                              capture_output=True, timeout=budget_s)
+        entry["status"] = "ok" if proc.returncode == 0 else "failed"
+        if proc.returncode != 0:
+            entry["error"] = (proc.stderr.strip().splitlines()
+                              or [f"exit {proc.returncode}"])[-1][:300]
+            print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+        else:
+            sys.stdout.write(proc.stdout)
+    except subprocess.TimeoutExpired:
+        entry["status"] = "cut"
+        entry["error"] = f"ran over its budget of {budget_s:.0f} s"
+    entry["seconds"] = round(time.perf_counter() - start, 1)
+    results = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            results = json.load(f)
+    entry["results"] = results
+    if entry["status"] == "ok" and results.get("ok") is False:
+        entry["status"] = "failed"
+    return entry
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--out", default=os.environ.get("OUT"))
+    parser.add_argument("--section", help=argparse.SUPPRESS)
+    parser.add_argument("--budget", type=float, default=60.0,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--tune-once", help=argparse.SUPPRESS)
+    parser.add_argument("--tune-example", action="store_true",
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    start = time.perf_counter()
     env = dict(os.environ)
-    env.pop("AUTOTUNE_FLAGS", None)
     env["PYTHONPATH"] = os.pathsep.join(
         [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    if args.dry_run:
-        env["TRITON_INTERPRET"] = os.environ["TRITON_INTERPRET"] = "1"
-    else:
-        # The tests' conftest picks the interpreter unless told otherwise.
-        env["TRITON_INTERPRET"] = os.environ["TRITON_INTERPRET"] = "0"
-        import torch
-        if not torch.cuda.is_available():
-            log("no CUDA device is visible; run with --dry-run on a CPU")
-            return 2
+    # The tests' conftest picks the interpreter unless told otherwise.
+    env["TRITON_INTERPRET"] = "1" if args.dry_run else "0"
+    os.environ["TRITON_INTERPRET"] = env["TRITON_INTERPRET"]
+    if args.tune_example:
+        # A fresh process, AUTOTUNE_FLAGS from the caller: one cold tuning
+        # of the example matmul (module-level, so its candidates can be
+        # compiled ahead), its seconds on stdout.
+        print(json.dumps({"ours": [_tune_example(args.dry_run), ""]}))
+        return 0
+    if args.tune_once:  # a fresh process: one cold tuning, picks on stdout
+        os.environ.pop("AUTOTUNE_FLAGS", None)
+        case = next(c for c in _side_by_side_cases(args.dry_run)
+                    if c[0] == args.tune_once)
+        print(json.dumps(_tune_once(case, args.dry_run)))
+        return 0
+    env.pop("AUTOTUNE_FLAGS", None)
+    if args.section:
+        os.environ.update(TRITON_INTERPRET=env["TRITON_INTERPRET"])
+        os.environ.pop("AUTOTUNE_FLAGS", None)
+        out = Partial(os.path.join(args.out, "sections",
+                                   f"{args.section}.json"))
+        fn = SECTION_FUNCTIONS[args.section]
+        if args.section == "side_by_side":
+            fn(out, args.dry_run, env, budget_s=args.budget)
+        else:
+            fn(out, args.dry_run, env)
+        return 0
+    start = time.time()
     out_dir = args.out or tempfile.mkdtemp(prefix="gpu_check.")
-    os.makedirs(out_dir, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="gpu_check_work.")
-    report = {"dry_run": args.dry_run, "versions": versions()}
-    log(" ".join(f"{k}={v}" for k, v in report["versions"].items()))
-    report["tests"] = step_tests(env, args.dry_run)
-    report["suite"] = step_suite(env, work, args.dry_run)
-    report["kernels"] = step_kernels(args.dry_run)
-    report["seconds"] = round(time.perf_counter() - start, 1)
-    suite_ok = all(r["ok"] for phase in ("cold", "warm")
-                   for r in report["suite"][phase].values())
-    report["ok"] = report["tests"]["ok"] and suite_ok
-    with open(os.path.join(out_dir, "gpu_check.json"), "w") as f:
-        json.dump(report, f, indent=1, sort_keys=True)
-    with open(os.path.join(out_dir, "gpu_check.md"), "w") as f:
-        f.write(markdown(report))
+    os.makedirs(os.path.join(out_dir, "sections"), exist_ok=True)
+    scale = DRY_RUN_SCALE if args.dry_run else 1.0
+    report = {"dry_run": args.dry_run, "limit_s": TOTAL_S, "sections": {},
+              "seconds": 0.0, "ok": False}
+    for name, budget in SECTIONS:
+        budget *= scale
+        left = TOTAL_S - (time.time() - start)
+        if left < 10:
+            report["sections"][name] = {"status": "cut", "budget_s": 0,
+                                        "error": "no time left"}
+            continue
+        entry = run_section(name, min(budget, left), out_dir, env,
+                            args.dry_run)
+        report["sections"][name] = entry
+        report["seconds"] = round(time.time() - start, 1)
+        write_report(out_dir, report)
+        log(f"{name}: {entry['status']} in {entry['seconds']} s")
+        if name == "preflight" and entry["status"] != "ok":
+            log("the preflight launch failed: nothing else can run "
+                f"({entry.get('error', '')})")
+            break
+    report["seconds"] = round(time.time() - start, 1)
+    report["ok"] = all(s["status"] == "ok"
+                       for s in report["sections"].values())
+    write_report(out_dir, report)
     log(f"report: {out_dir}/gpu_check.json and gpu_check.md; "
         f"{report['seconds']} s; {'ok' if report['ok'] else 'FAILED'}")
     return 0 if report["ok"] else 1

@@ -54,7 +54,9 @@ def changed_lines(before, after):
 
 
 def run_driver(mode, module_dir, out_dir, flags, extra_path=()):
-    env = dict(os.environ, AUTOTUNE_FLAGS=flags, TRITON_INTERPRET="1",
+    # The interpreter unless the GPU check asked for the GPU.
+    env = dict(os.environ, AUTOTUNE_FLAGS=flags,
+               TRITON_INTERPRET=os.environ.get("TRITON_INTERPRET", "1"),
                PYTHONPATH=os.pathsep.join([ROOT, *extra_path]))
     result = subprocess.run([sys.executable, DRIVER, mode, module_dir,
                              str(out_dir)], env=env, capture_output=True,

@@ -48,6 +48,16 @@ TWO = [triton.Config({"BLOCK": 16}, num_warps=1),
        triton.Config({"BLOCK": 32}, num_warps=2)]
 
 
+@pytest.fixture(autouse=True)
+def tensors_on_the_backends_device():
+    """The tensors these tests create live where the session's backend
+    runs kernels (CUDA tensors under the GPU check): autotune.device(),
+    asked of the backends without starting a session here."""
+    from autotune.measure import backends
+    with torch.device("cuda" if backends.gpu_available() else "cpu"):
+        yield
+
+
 def grid_for(n):
     return lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
 
@@ -289,3 +299,41 @@ def test_autotune_dropin_flag_installs_at_import():
     out = subprocess.run([sys.executable, "-c", code], env=env, text=True,
                          capture_output=True, timeout=300)
     assert out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+def test_triton_knobs_print_and_configs_timings_through_the_drop_in(
+        session_factory, monkeypatch, capsys):
+    session_factory()
+    monkeypatch.setattr(triton.knobs.autotuning, "print", True)
+    theirs = triton.autotune(configs=TWO, key=["n"])(copy_kernel)
+    autotune.install()
+    try:
+        n = 24
+        x, y = torch.arange(float(n)), torch.empty(n)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", AutotuneWarning)
+            theirs[grid_for(n)](x, y, None, n)
+    finally:
+        autotune.uninstall()
+    # Triton's attributes after a tuning launch, keyed by Triton's configs.
+    assert set(theirs.configs_timings) == set(TWO)
+    assert all(t > 0 for t in theirs.configs_timings.values())
+    assert theirs.bench_time is not None and theirs.best_config in TWO
+    printed = capsys.readouterr().out
+    assert "copy_kernel tuned for" in printed and "best config" in printed
+
+
+def test_cuda_graph_with_restore_value_is_refused_in_one_line():
+    with pytest.raises(autotune.AutotuneArgumentError,
+                       match="use_cuda_graph=True with restore_value") as e:
+        autotune.autotune(configs=TWO, key=["n"], restore_value=["y"],
+                          use_cuda_graph=True)(count_kernel)
+    assert "\n" not in str(e.value)
+    # Through the drop-in: Triton's own autotuner with the same arguments.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        theirs = triton.autotune(configs=TWO, key=["n"], restore_value=["y"],
+                                 use_cuda_graph=True)(count_kernel)
+    with pytest.raises(autotune.AutotuneArgumentError,
+                       match="use_cuda_graph=True with restore_value"):
+        triton_patch.from_triton_autotuner(theirs)

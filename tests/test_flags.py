@@ -44,6 +44,7 @@ EXPECTED_DEFAULTS = {
     "autotune_remote_cache_password_file": None,
     "autotune_remote_cache_ca_file": None,
     "autotune_compile_check": None,
+    "autotune_compile_jobs": 0,
     "autotune_incumbents_from": [],
     "autotune_retune": False,
     "autotune_workers": 1,

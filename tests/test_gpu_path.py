@@ -240,33 +240,284 @@ def test_gpu_workers_refuse_fork():
                           start_method="fork")
 
 
-def test_gpu_timing_uses_do_bench_and_subtracts_the_restore(monkeypatch):
-    """GpuBackend.time on the CPU, with do_bench standing in for the GPU:
-    what it asks do_bench for and how it turns the answer into a Timing."""
+def _fake_gpu_backend(torch_module=None):
+    """A GpuBackend built without a GPU (its __init__ asks torch for one)."""
     import contextlib
     import types
+    backend = object.__new__(backends.GpuBackend)
+    backend.torch = torch_module or types.SimpleNamespace(
+        cuda=types.SimpleNamespace(device=lambda d: contextlib.nullcontext(),
+                                   synchronize=lambda d=None: None))
+    backend._device = "cuda:0"
+    backend.warmup_ms, backend.rep_ms = 25.0, 100.0
+    return backend
 
+
+def test_gpu_timing_asks_do_bench_for_the_quartiles(monkeypatch):
     import triton.testing
     calls = []
 
     def fake_do_bench(fn, warmup, rep, quantiles):
         fn()
         calls.append((warmup, rep, tuple(quantiles)))
-        # ms: set-up + launch, then the set-up alone
-        return [0.010, 0.012, 0.020] if len(calls) == 1 else [0.002, 0.002,
-                                                              0.003]
+        return [0.010, 0.012, 0.020]
     monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
-    backend = object.__new__(backends.GpuBackend)
-    backend.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
-        device=lambda d: contextlib.nullcontext()))
-    backend._device = "cuda:0"
-    backend.warmup_ms, backend.rep_ms = 25.0, 100.0
-    order = []
-    timing = backend.time(lambda: order.append("run"),
-                          setup=lambda: order.append("restore"))
-    assert calls[0] == (25.0, 100.0, (0.0, 0.5, 1.0))
-    assert order[:2] == ["restore", "run"]
-    assert timing.median_us == pytest.approx(10.0)  # 12 us - 2 us
-    assert timing.samples == pytest.approx([8.0, 10.0, 18.0])
-    plain = backend.time(lambda: None)
-    assert plain.median_us == pytest.approx(2.0)
+    timing = _fake_gpu_backend().time(lambda: None)
+    # Not the extremes: one slow outlier must not widen the noise estimate.
+    assert calls == [(25.0, 100.0, (0.25, 0.5, 0.75))]
+    assert timing.median_us == pytest.approx(12.0)
+    assert tuner.relative_noise(timing) == pytest.approx(10.0 / 12.0)
+
+
+class _FakeCudaClock:
+    """torch.cuda's events over a simulated GPU clock: a kernel launch
+    advances it by the kernel's time, a restore by much more (its host sync
+    and clones); the events record which steps they bracket."""
+
+    def __init__(self, kernel_ms, setup_ms):
+        import contextlib
+        import types
+        self.now = 0.0
+        self.kernel_ms, self.setup_ms = kernel_ms, setup_ms
+        self.steps = []
+        clock = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                self.at = clock.now
+                clock.steps.append("record")
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return end.at - self.at
+        self.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+            device=lambda d: contextlib.nullcontext(), Event=Event,
+            synchronize=lambda d=None: None))
+
+    def run(self):
+        self.now += self.kernel_ms
+        self.steps.append("run")
+
+    def setup(self):
+        self.now += self.setup_ms
+        self.steps.append("setup")
+
+
+def test_gpu_timing_of_an_in_place_kernel_times_the_kernel_alone():
+    """The restore (a host sync and clones, 20 times the kernel here) runs
+    before the start event; the events bracket the launch only, so a
+    3-microsecond kernel times at 3 microseconds, not at set-up minus
+    set-up clamped to 0."""
+    import types
+    clock = _FakeCudaClock(kernel_ms=0.003, setup_ms=0.060)
+    backend = _fake_gpu_backend(clock.torch)
+    flushed = []
+    backend._flush_buffer = lambda: types.SimpleNamespace(
+        zero_=lambda: flushed.append(1))
+    timing = backend.time(clock.run, setup=clock.setup)
+    assert timing.median_us == pytest.approx(3.0)
+    assert tuner.relative_noise(timing) == pytest.approx(0.0)
+    # Between a start and an end event: one launch, never a set-up.
+    inside, bracketed, current = False, [], []
+    for step in clock.steps:
+        if step == "record":
+            if inside:
+                bracketed.append(current)
+            inside, current = not inside, []
+        elif inside:
+            current.append(step)
+    assert bracketed and all(b == ["run"] for b in bracketed), clock.steps
+    assert flushed
+
+
+def _realistic_gpu_do_bench(true_us, current, rng):
+    """do_bench over simulated GPU timings: most repetitions within a few
+    per cent of the kernel's true time, and a few slow outliers (clock
+    changes, another process) that stretch max/min to 1.3-2.0, as on a
+    real GPU."""
+    def do_bench(fn, warmup, rep, quantiles):
+        fn()
+        true_ms = true_us[current[0]] / 1e3
+        samples = []
+        for _ in range(100):
+            value = true_ms * (1.0 + abs(rng.gauss(0.0, 0.01)))
+            if rng.random() < 0.04:
+                value *= rng.uniform(1.3, 2.0)
+            samples.append(value)
+        samples.sort()
+        return [samples[min(int(q * len(samples)), len(samples) - 1)]
+                for q in quantiles]
+    return do_bench
+
+
+def _tune_with_realistic_spread(monkeypatch, seed):
+    import random
+
+    import triton.testing
+    # The smallest config (the tie-breaker) is not the fastest; the fastest
+    # is 15 % ahead of the next.
+    true_us = {16: 30.0, 32: 13.0, 64: 11.5, 128: 10.0, 256: 14.0, 512: 25.0}
+    current = [None]
+    rng = random.Random(seed)
+    monkeypatch.setattr(triton.testing, "do_bench",
+                        _realistic_gpu_do_bench(true_us, current, rng))
+    y = torch.zeros(4)
+
+    def launch(config):
+        current[0] = config.kwargs["BLOCK"]
+        y.fill_(1.0)
+    evaluator = tuner.CandidateEvaluator(_fake_gpu_backend(), launch,
+                                         {"y": y}, name="realistic")
+    configs = [Config({"BLOCK": b}) for b in true_us]
+    result = tuner.run_candidates(evaluator, configs)
+    return result.best.config.kwargs["BLOCK"], len(result.duels)
+
+
+def test_realistic_gpu_spread_the_fastest_wins_and_duels_stay_rare(
+        monkeypatch):
+    monkeypatch.setattr(tuner, "_context_lost", None)
+    outcomes = [_tune_with_realistic_spread(monkeypatch, seed)
+                for seed in range(10)]
+    winners = [w for w, _ in outcomes]
+    duels = sum(d for _, d in outcomes)
+    assert winners == [128] * 10, outcomes
+    assert duels <= 2, outcomes
+
+
+def test_a_lost_context_in_a_duel_is_not_a_winner(monkeypatch):
+    """A candidate that corrupts the CUDA context while retimed in a duel
+    stops tuning with the one-line error; no winner is chosen or cached."""
+    monkeypatch.setattr(tuner, "_context_lost", None)
+    a, b = Config({"BLOCK": 16}), Config({"BLOCK": 32})
+    times = {a: 10.0, b: 9.9}  # tie on the first pass: a duel decides
+
+    def retime(config):
+        if config == b:
+            try:
+                raise _illegal_address()
+            except RuntimeError as e:
+                tuner._stop_for_lost_context("dueller", config, e)
+        return backends.Timing([times[config]] * 3)
+    from autotune.records import Candidate
+    candidates = [Candidate(a, times[a]), Candidate(b, times[b])]
+    timings = {c: backends.Timing([times[c]] * 3) for c in times}
+    with pytest.raises(tuner.DeviceContextLostError, match="dueller"):
+        tuner.select_winner(candidates, timings, retime)
+
+
+# -- multi-GPU workers ------------------------------------------------------
+
+def test_gpu_workers_take_the_parents_visible_gpus(monkeypatch):
+    from autotune.runtime import parallel
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert parallel.visible_gpu_ids(2) == ["2", "3"]
+    assert parallel.visible_gpu_ids(1) == ["2"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aa, GPU-bb")
+    assert parallel.visible_gpu_ids(2) == ["GPU-aa", "GPU-bb"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert parallel.visible_gpu_ids(3) == ["0", "1", "2"]
+
+
+def context_killing_objective(device):
+    """objective(config): config x=1 corrupts this worker's CUDA context
+    (simulated: the tuner's DeviceContextLostError); reports its pid."""
+    def objective(config):
+        if config.kwargs["x"] == 1:
+            try:
+                raise _illegal_address()
+            except RuntimeError as e:
+                tuner._stop_for_lost_context("killer", config, e)
+        return ev.Measurement(config, 1.0, "NONE", str(os.getpid()))
+    return objective
+
+
+def test_a_worker_whose_context_is_lost_is_retired():
+    configs = [Config({"x": i}) for i in range(6)]
+    with ParallelEvaluator(context_killing_objective, devices=["cpu0"],
+                           start_method="fork", depth=1) as evaluator:
+        results = evaluator.evaluate(configs)
+        lost = evaluator.lost_workers
+    assert results[1].failure == "RUNTIME_ERROR"
+    assert "corrupted the CUDA context" in results[1].detail
+    assert all(r.failure == "NONE" for i, r in enumerate(results) if i != 1)
+    # The candidates after it ran in a fresh worker, not the dead one.
+    assert lost == 1
+    assert results[0].detail != results[2].detail
+    assert results[2].detail == results[5].detail
+
+
+def test_gpu_workers_get_lambda_grids_evaluated_per_config(monkeypatch):
+    """A kernel called with a lambda grid (as users write it) goes to GPU
+    workers: the grid is evaluated in the tuning process for each config
+    and the worker gets the tuple."""
+    import pickle
+    import types
+
+    import triton
+    import tiny_kernels
+    from autotune.runtime import parallel
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    backend = types.SimpleNamespace(name="gpu", warmup_ms=25.0, rep_ms=100.0)
+    n = 100
+    x, y = torch.arange(float(n)), torch.empty(n)
+    pool = parallel.CandidatePool.for_miss(
+        evaluator=None, workers=2, backend=backend,
+        autotuner=tiny_kernels.AXPB,
+        grid=lambda meta: (triton.cdiv(n, meta["BLOCK"]),),
+        args=(x, y, n, 2.0), kwargs={})
+    assert pool is not None and pool.gpu_count == 2
+    tasks = pool._tasks(tiny_kernels.GOOD)
+    assert [grid for _, grid in tasks] == [(7,), (4,)]
+    pickle.dumps((pool.gpu_spec, tasks))
+
+
+# -- compile in parallel, measure serially ----------------------------------
+
+def test_launch_signature_specialises_as_a_launch_does():
+    from autotune.kernels import matmul
+    from autotune.measure import compile_check
+    a = torch.empty(64, 32)
+    named = {"a": a, "b": a, "bias": a[0], "c": a, "M": 64, "N": 33, "K": 32,
+             "stride_am": 32, "stride_ak": 1, "stride_bk": 32,
+             "stride_bn": 1, "stride_cm": 32, "stride_cn": 1,
+             "ACTIVATION": "relu"}
+    sig = compile_check.launch_signature(
+        matmul.matmul_bias_act_kernel.base_fn, named)
+    assert sig["a"] == "*fp32:16" and sig["M"] == "i32:16"
+    assert sig["N"] == "i32" and sig["stride_ak"] == 1
+    assert sig["ACTIVATION"] == "relu"
+
+
+def test_gpu_miss_compiles_candidates_ahead_in_a_pool(monkeypatch,
+                                                      session_factory):
+    """On the GPU backend (faked), a miss hands every candidate to the
+    compile pool for the device's target before any is timed, with the
+    jobs the flag asks for; --autotune_compile_jobs=1 turns it off."""
+    import types
+
+    import tiny_kernels
+    from autotune.measure import compile_check
+    sess = session_factory(autotune_compile_jobs=3)
+    calls = []
+    monkeypatch.setattr(compile_check, "compile_ahead",
+                        lambda *a: calls.append(a) or [])
+    monkeypatch.setattr(torch.cuda, "get_device_capability",
+                        lambda device=None: (9, 0))
+    monkeypatch.setattr(sess, "backend", types.SimpleNamespace(
+        name="gpu", device="cuda:0"), raising=False)
+    tuner_ = tiny_kernels.AXPB
+    named = {"x": torch.arange(16.0), "y": torch.empty(16), "n": 16,
+             "alpha": 2.0}
+    tuner_._compile_ahead(sess, tiny_kernels.GOOD, named)
+    ((module, attr, signature, configs, target, jobs),) = calls
+    assert (module, attr) == ("tiny_kernels", "AXPB")
+    assert target.name == "sm_90" and jobs == 2  # no more jobs than configs
+    assert configs == tiny_kernels.GOOD and signature["n"] == "i32:16"
+    sess.options.autotune_compile_jobs = 1
+    tuner_._compile_ahead(sess, tiny_kernels.GOOD, named)
+    assert len(calls) == 1

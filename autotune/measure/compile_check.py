@@ -126,14 +126,52 @@ def call_signature(fn, named):
     return out
 
 
+def launch_signature(fn, named):
+    """{arg: type or value} that compiles what a launch with these
+    arguments compiles: Triton's launcher specialisation of them -- an
+    integer equal to 1 is a constant, integers and tensor addresses
+    divisible by 16 are marked so (":16"), None is a constant. Tuned
+    constexprs come from each config."""
+    consts = set(keys.constexpr_names(fn))
+    out = {}
+    for name, value in named.items():
+        if name in consts or value is None:
+            out[name] = value
+        elif isinstance(value, bool):
+            out[name] = "i1"
+        elif isinstance(value, int):
+            kind = triton_type(value)
+            out[name] = 1 if value == 1 else \
+                kind + (":16" if value % 16 == 0 else "")
+        elif hasattr(value, "data_ptr"):
+            out[name] = triton_type(value) + (
+                ":16" if value.data_ptr() % 16 == 0 else "")
+        else:
+            out[name] = triton_type(value)
+    return out
+
+
+def compile_ahead(module_name, kernel_attr, signature, configs, target,
+                  jobs):
+    """Compiles `configs` of a module-level kernel for `target` in `jobs`
+    spawned processes, into Triton's on-disk cache (TRITON_CACHE_DIR, the
+    children inherit it): the tuning process's own compile of each config
+    is then a cache hit. Returns the Results as dicts, in config order."""
+    tasks = [(module_name, None, kernel_attr,
+              {k: v for k, v in signature.items() if k not in c.kwargs},
+              _config_dict(c), dataclasses.astuple(target))
+             for c in configs]
+    return run_tasks(tasks, jobs)
+
+
 def describe(signature):
     """Short readable form: pointer dtypes and constexpr values."""
     parts = []
     for name, value in signature.items():
         if isinstance(value, str) and value.startswith("*"):
-            parts.append(f"{name}:{value[1:]}")
-        elif not (isinstance(value, str) and re.fullmatch(r"[iuf]p?\d+|i1",
-                                                          value)):
+            parts.append(f"{name}:{value[1:].replace(':16', '')}")
+        elif not (isinstance(value, str) and re.fullmatch(
+                r"([iuf]p?\d+|i1)(:16)?", value)):
             parts.append(f"{name}={value}")
     return ",".join(parts)
 
@@ -188,9 +226,26 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
     full = dict(signature)
     full.update(config_kwargs)
     consts = set(keys.constexpr_names(fn))
-    types, constexprs = {}, {}
-    for name in jit.arg_names:
-        if name in consts:
+    types, constexprs, attrs = {}, {}, {}
+    for index, name in enumerate(jit.arg_names):
+        value = full.get(name)
+        if name not in consts and isinstance(value, int) and \
+                not isinstance(value, bool):
+            # An integer argument given as a value: specialised, as
+            # Triton's launcher specialises an argument equal to 1 (a unit
+            # stride), which decides vectorised and pipelined loads.
+            types[name] = "constexpr"
+            constexprs[name] = value
+        elif name not in consts and isinstance(value, str) and \
+                value.endswith(":16"):
+            # "*bf16:16", "i32:16": divisible by 16, as the launcher marks
+            # pointers and integers that are.
+            types[name] = value[:-3]
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif name not in consts and name in full and value is None:
+            types[name] = "constexpr"  # None arguments are constants
+            constexprs[name] = None
+        elif name in consts:
             types[name] = "constexpr"
             if name in full:
                 constexprs[name] = full[name]
@@ -214,7 +269,7 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
         if num_ctas != 1:
             options["num_ctas"] = num_ctas
         compiled = triton.compile(
-            ASTSource(jit, types, constexprs=constexprs),
+            ASTSource(jit, types, constexprs=constexprs, attrs=attrs),
             target=GPUTarget("cuda", target.capability, 32), options=options)
     except Exception as e:  # classified; the reason is its last line
         result.ok = False
@@ -336,7 +391,9 @@ class Checker:
         self.fingerprint = keys.kernel_fingerprint(kernel)
         self.jobs = jobs or min(4, os.cpu_count() or 1)
         tuned_free = {k: v for k, v in named.items()}
-        self.signature = call_signature(fn, tuned_free)
+        # Specialised as a GPU launch of these arguments would be: the
+        # shared memory and registers a GPU would see (pipelined loads).
+        self.signature = launch_signature(fn, tuned_free)
 
     def _key(self, config, target):
         return (self.file, self.kernel_name, self.fingerprint,

@@ -426,6 +426,9 @@ def duel(retime, holder, challenger, rule=DEFAULT_RULE,
         for config in order:
             try:
                 times[config].append(retime(config).median_us)
+            except DeviceContextLostError:
+                # Nothing can run on this device any more: no winner.
+                raise
             except Exception:  # ran correctly before; failing now, it loses
                 return Duel(holder, challenger, config == holder,
                             len(log_ratios), math.nan), times

@@ -14,15 +14,18 @@ and launches with its config; the session tunes through this object on a
 miss. Arguments this project adds (reference=, outputs=, rtol=, atol=,
 space=, search=, ...) are keywords triton.autotune does not have.
 """
+import copy
 import hashlib
 import inspect
 import itertools
+import os
 import sys
 import time
 import warnings
 
 from triton.runtime.jit import KernelInterface
 
+from autotune import log as logs
 from autotune.errors import AutotuneArgumentError, AutotuneWarning
 from autotune.measure import backends
 from autotune import keys as keys_module
@@ -85,6 +88,8 @@ def _check_callables(tuner_, prune, reference):
 
 
 
+log = logs.get("tuning")
+
 SEARCHES = ("exhaustive", "evolutionary")
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg",
                    "ir_override")
@@ -134,6 +139,24 @@ def _no_pre_hook(kwargs, reset_only=False):
 
 def _no_post_hook(kwargs, exception):
     return 0
+
+
+def refuse_cuda_graph_restore(name, use_cuda_graph, restore_value):
+    """use_cuda_graph=True with restore_value: restoring compares bytes on
+    the host, a sync that CUDA graph capture forbids, so every candidate
+    would fail; refused in one line instead."""
+    if use_cuda_graph and restore_value:
+        raise AutotuneArgumentError(
+            f"{name}: use_cuda_graph=True with restore_value is not "
+            "supported (the restore would run inside graph capture); drop "
+            "use_cuda_graph")
+
+
+def _triton_knob(name):
+    """Triton's knobs.autotuning.<name> (print, cache); False on a Triton
+    without knobs."""
+    knobs = getattr(sys.modules.get("triton"), "knobs", None)
+    return bool(getattr(getattr(knobs, "autotuning", None), name, False))
 
 
 def _zero_bytes(tensor):
@@ -286,12 +309,14 @@ class Autotuner(KernelInterface):
         self._do_bench = do_bench
         self.num_warmups, self.num_reps = warmup, rep
         self.use_cuda_graph = use_cuda_graph
+        refuse_cuda_graph_restore(self.name, use_cuda_graph,
+                                  self.restore_value)
         if warmup is not None or rep is not None or use_cuda_graph:
             warnings.warn("warmup, rep and use_cuda_graph are deprecated in "
                           "triton.autotune; pass do_bench instead",
                           DeprecationWarning, stacklevel=3)
         # Results persist through the session's caches whatever this says.
-        self.cache_results = cache_results
+        self.cache_results = cache_results or _triton_knob("cache")
         self.reference = reference
         self.outputs = outputs
         self.rtol, self.atol = rtol, atol
@@ -599,12 +624,16 @@ class Autotuner(KernelInterface):
             def bench(fn, quantiles):
                 return do_bench_cudagraph(fn, rep=rep, quantiles=quantiles)
         elif self.num_warmups is not None or self.num_reps is not None:
-            from triton.testing import do_bench
             warm = self.num_warmups if self.num_warmups is not None else 25
             rep = self.num_reps if self.num_reps is not None else 100
 
-            def bench(fn, quantiles):
-                return do_bench(fn, warmup=warm, rep=rep, quantiles=quantiles)
+            def time_fn(run, setup=None):
+                # The backend's timing with Triton's warm-up and repetition
+                # times: an in-place kernel's restore stays untimed.
+                timed = copy.copy(backend)
+                timed.warmup_ms, timed.rep_ms = warm, rep
+                return timed.time(run, setup)
+            return time_fn
         if bench is None:
             return None
 
@@ -706,6 +735,7 @@ class Autotuner(KernelInterface):
                             and incumbent not in rest:
                         rest.append(incumbent)
                 todo = list(seeds) + rest
+                self._compile_ahead(sess, todo, named)
                 progress = self._progress(sess, key, len(set(todo)))
                 result = tuner.run_candidates(
                     evaluator if pool is None else pool.replay(evaluator),
@@ -741,6 +771,12 @@ class Autotuner(KernelInterface):
         self.configs_timings = {self._originals.get(c.config, c.config):
                                 c.run_time_us for c in result.candidates}
         self.bench_time = result.seconds
+        if _triton_knob("print"):
+            # Triton's knobs.autotuning.print (TRITON_PRINT_AUTOTUNING=1):
+            # the user asked for this line on stdout, as Triton prints it.
+            print(f"autotune: {self.name} tuned for {key.describe()} in "
+                  f"{result.seconds:.2f} s; best config: {best.short()}",
+                  flush=True)
         return Entry(key, best, result.best.run_time_us,
                      sorted(result.candidates,
                             key=lambda c: c.config.sort_key),
@@ -754,6 +790,44 @@ class Autotuner(KernelInterface):
             search=self.search)
         progress.start()
         return progress
+
+    def _compile_ahead(self, sess, configs, named):
+        """--autotune_compile_jobs on the GPU backend: compile the
+        candidates for the device's target in spawned processes into
+        Triton's on-disk cache while nothing is timed, so that each first
+        launch while measuring loads its binary instead of compiling it.
+        Needs the kernel under a module-level name (the processes import
+        it); otherwise candidates compile as they first run."""
+        jobs = sess.options.autotune_compile_jobs or min(os.cpu_count() or 1,
+                                                         8)
+        configs = list(dict.fromkeys(configs))
+        if sess.backend.name != "gpu" or jobs <= 1 or len(configs) <= 1:
+            return
+        where = parallel.module_name_of(self)
+        if where is None:
+            log.info(f"autotune: {self.name} is not a module-level name: "
+                     "its candidates compile in this process")
+            return
+        from autotune.measure import compile_check
+        import torch
+        major, minor = torch.cuda.get_device_capability(sess.backend.device)
+        target = compile_check.Target(f"sm_{major}{minor}",
+                                      major * 10 + minor)
+        start = time.perf_counter()
+        try:
+            signature = compile_check.launch_signature(self.base_fn, named)
+            results = compile_check.compile_ahead(
+                where[0], where[1], signature, configs, target,
+                min(jobs, len(configs)))
+        except Exception as e:  # the measurement compiles what is missing
+            detail = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            log.warning(f"autotune: {self.name}: compiling ahead failed "
+                        f"({detail}); candidates compile as they first run")
+            return
+        failed = sum(not r["ok"] for r in results)
+        log.info(f"autotune: {self.name}: {len(configs)} configs compiled "
+                 f"ahead in {time.perf_counter() - start:.1f} s with {jobs} "
+                 f"jobs ({failed} did not compile or exceed {target.name})")
 
     def _report(self, evaluator, result):
         if self.reference is not None or len(result.candidates) < 2:

@@ -14,6 +14,7 @@ candidate is retried on another worker (`retries` times), then recorded as
 a RUNTIME_ERROR naming the lost worker, and a replacement worker starts.
 """
 import contextlib
+import functools
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -21,6 +22,8 @@ import threading
 import time
 
 from autotune import log as logs
+from autotune.errors import DeviceContextLostError
+from autotune.measure.backends import corrupts_context
 from autotune.search.evolutionary import Measurement
 
 log = logs.get("tuning")
@@ -43,16 +46,39 @@ def _worker_main(factory, device, conn):
         if task is _STOP:
             return
         task_id, config = task
+        retire = False
         try:
             m = objective(config)
             payload = (m.time, m.failure, m.detail, m.timing)
+        except DeviceContextLostError as e:
+            # This worker's CUDA context is dead: every later candidate
+            # would fail here. Report this one, and exit so that a fresh
+            # worker takes the device.
+            payload = (None, "RUNTIME_ERROR", str(e)[:200], None)
+            retire = True
         except Exception as e:  # report, keep the worker alive
             payload = (None, "RUNTIME_ERROR", f"{type(e).__name__}: {e}"[:200],
                        None)
+            retire = corrupts_context(e)
         conn.send((task_id, payload))
+        if retire:
+            conn.close()
+            os._exit(3)
 
 
 _ENV_LOCK = threading.Lock()
+
+
+def visible_gpu_ids(count):
+    """The ids of the first `count` GPUs this process sees, as
+    CUDA_VISIBLE_DEVICES names them: a worker pinned to GPU i of a parent
+    started with CUDA_VISIBLE_DEVICES=2,3 gets "2" or "3", not "0" or
+    "1". Entries may be indices or UUIDs; they are passed on as given."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return [str(i) for i in range(count)]
+    ids = [d.strip() for d in visible.split(",") if d.strip()]
+    return ids[:count]
 
 
 @contextlib.contextmanager
@@ -250,8 +276,9 @@ def _rebuilt_objective(spec_bytes, device):
     kwargs = {k: _to(v, backend.device) for k, v in spec["kwargs"].items()}
     named = autotuner._bind(args, kwargs)
     tensors = {k: v for k, v in named.items() if hasattr(v, "copy_")}
+    grid = [spec["grid"]]  # the current task's grid when sent per config
     evaluator = tuner.CandidateEvaluator(
-        backend, lambda config: autotuner._launch(config, spec["grid"], args,
+        backend, lambda config: autotuner._launch(config, grid[0], args,
                                                   kwargs, named),
         tensors, outputs=autotuner.outputs, rtol=spec["rtol"],
         atol=spec["atol"], timeout_s=autotuner.timeout_s,
@@ -261,7 +288,22 @@ def _rebuilt_objective(spec_bytes, device):
         name=autotuner.name, setup=autotuner._tuning_setup(named))
     evaluator.expected = {k: _to(v, backend.device)
                           for k, v in spec["expected"].items()}
-    return _evaluator_objective(evaluator)
+    measure = _evaluator_objective(evaluator)
+    if not spec.get("grid_per_config"):
+        return measure
+
+    def objective(task):
+        config, grid[0] = task
+        return measure(config)
+    return objective
+
+
+def _grid_of_config(grid, named, config):
+    """The launch grid of `config`, as Triton computes it from a callable
+    grid: called with the bound arguments and the config's
+    meta-parameters."""
+    value = grid({**named, **config.all_kwargs()})
+    return tuple(int(v) for v in value)
 
 
 class CandidatePool:
@@ -278,6 +320,7 @@ class CandidatePool:
     """
 
     def __init__(self, evaluator, workers, gpu_spec=None, gpu_count=0):
+        self.grid_of = None  # config -> launch grid tuple, for GPU workers
         self.evaluator = evaluator
         self.workers = workers
         self.gpu_spec = gpu_spec
@@ -299,12 +342,17 @@ class CandidatePool:
         reason = None
         if count <= 1:
             reason = "one GPU visible"
-        kernel = _module_name_of(autotuner)
+        kernel = module_name_of(autotuner)
         if reason is None and kernel is None:
             reason = (f"{autotuner.name} is not a module-level name, so "
                       "worker processes cannot import it")
         if reason is None:
-            spec = {"kernel": kernel, "grid": grid,
+            # A grid as users write it (a lambda over the meta-parameters)
+            # cannot be pickled: it is evaluated here, per config, and the
+            # worker gets the tuple (see _tasks).
+            spec = {"kernel": kernel,
+                    "grid": None if callable(grid) else grid,
+                    "grid_per_config": callable(grid),
                     "args": [_to(a, "cpu") for a in args],
                     "kwargs": {k: _to(v, "cpu")
                                for k, v in (kwargs or {}).items()},
@@ -319,7 +367,12 @@ class CandidatePool:
                         f"{getattr(autotuner, 'name', 'the kernel')} in "
                         f"process: {reason}")
             return None
-        return cls(evaluator, count, gpu_spec=spec, gpu_count=count)
+        pool = cls(evaluator, count, gpu_spec=spec, gpu_count=count)
+        if callable(grid):
+            pool.grid_of = functools.partial(_grid_of_config, grid,
+                                             autotuner._bind(args, kwargs
+                                                             or {}))
+        return pool
 
     def _start(self):
         if self.gpu_spec is None:
@@ -336,7 +389,14 @@ class CandidatePool:
         spec["rtol"], spec["atol"] = self.evaluator.rtol, self.evaluator.atol
         self.pool = ParallelEvaluator(
             functools.partial(_rebuilt_objective, pickle.dumps(spec)),
-            devices=[str(i) for i in range(self.gpu_count)], gpu=True)
+            devices=visible_gpu_ids(self.gpu_count), gpu=True)
+
+    def _tasks(self, configs):
+        """What the workers are sent: configs, or (config, grid tuple)
+        pairs when the grid is a callable evaluated here."""
+        if self.grid_of is None:
+            return list(configs)
+        return [(c, self.grid_of(c)) for c in configs]
 
     def measure_many(self, configs):
         from autotune.records import Candidate
@@ -356,10 +416,11 @@ class CandidatePool:
         if configs:
             if self.pool is None:
                 self._start()
-            for m in self.pool.evaluate(configs):
+            for config, m in zip(configs,
+                                 self.pool.evaluate(self._tasks(configs))):
                 if self.evaluator.on_benchmark is not None:
                     self.evaluator.on_benchmark()
-                out.append((Candidate(m.config, m.time or 0.0, m.failure,
+                out.append((Candidate(config, m.time or 0.0, m.failure,
                                       m.detail), m.timing))
         answers.update((answer[0].config, answer) for answer in out)
         return [answers[c] for c in order]
@@ -376,7 +437,7 @@ class CandidatePool:
             self.pool = None
 
 
-def _module_name_of(obj):
+def module_name_of(obj):
     """(module, attribute) under which `obj` is a module-level global."""
     import sys
     kernel = getattr(obj, "kernel", None)

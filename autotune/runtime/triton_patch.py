@@ -6,7 +6,8 @@ sitecustomize.py) calls it at start-up."""
 import sys
 import threading
 
-from autotune.runtime.autotuner import Autotuner, autotune
+from autotune.runtime.autotuner import (Autotuner, autotune,
+                                         refuse_cuda_graph_restore)
 
 _INSTALLED = {}
 _INSTALL_LOCK = threading.Lock()
@@ -24,6 +25,10 @@ def from_triton_autotuner(triton_autotuner):
     """This project's autotuner for a kernel that triton.autotune already
     decorated: the same configs, key, hooks and pruning."""
     t = triton_autotuner
+    # Triton folded a CUDA graph into _do_bench: refused as ours is.
+    refuse_cuda_graph_restore(getattr(t.fn, "__name__", "kernel"),
+                              getattr(t, "use_cuda_graph", False),
+                              getattr(t, "restore_value", None))
     return Autotuner(
         t.fn, t.arg_names, t.configs, getattr(t, "keys", ()),
         getattr(t, "reset_to_zero", None), getattr(t, "restore_value", None),
@@ -54,6 +59,9 @@ def _triton_run(self, *args, **kwargs):
         return tuned.run(*args, **kwargs)
     finally:
         self.best_config = tuned.best_config
+        # Read by users of Triton's autotuner after a tuning launch.
+        self.configs_timings = tuned.configs_timings
+        self.bench_time = tuned.bench_time
 
 
 def _triton_warmup(self, *args, **kwargs):

@@ -29,7 +29,7 @@ def clamp_inplace_kernel(x, lo, hi, n, BLOCK: tl.constexpr):
 
 
 def _inputs():
-    g = torch.Generator().manual_seed(2)
+    g = torch.Generator(torch.get_default_device()).manual_seed(2)
     return torch.randn(100, generator=g), torch.randn(100, generator=g)
 
 

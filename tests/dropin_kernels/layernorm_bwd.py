@@ -78,7 +78,7 @@ def layernorm_backward(dy, x, w, mean, rstd):
 
 
 def _inputs():
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(torch.get_default_device()).manual_seed(1)
     x = torch.randn(10, 50, generator=g)
     w = torch.randn(50, generator=g)
     dy = torch.randn(10, 50, generator=g)

@@ -60,7 +60,7 @@ def matmul(a, b):
 
 
 def _inputs():
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(torch.get_default_device()).manual_seed(0)
     return (torch.randn(48, 40, generator=g),
             torch.randn(40, 24, generator=g))
 

@@ -35,7 +35,7 @@ def add_rows(x, b, out):
 
 
 def _inputs():
-    g = torch.Generator().manual_seed(4)
+    g = torch.Generator(torch.get_default_device()).manual_seed(4)
     return torch.randn(5, 20, generator=g), torch.randn(1, 20, generator=g)
 
 

@@ -18,8 +18,18 @@ NAMES = ["matmul", "layernorm_bwd", "inplace", "prehook", "heuristics_both",
          "autograd_fn", "odd_inputs"]
 
 
+def kernel_device():
+    """Where the kernels' tensors live: the GPU unless Triton runs on its
+    interpreter (the driver does not import autotune to ask it)."""
+    interpreted = os.environ.get("TRITON_INTERPRET", "0").lower() in (
+        "1", "true", "on", "yes")
+    return "cuda" if not interpreted and torch.cuda.is_available() else "cpu"
+
+
 def main(mode, module_dir, out_dir):
     sys.path.insert(0, module_dir)
+    # The modules create their tensors on the default device.
+    torch.set_default_device(kernel_device())
     failures = []
     for name in NAMES:
         module = importlib.import_module(name)
@@ -33,7 +43,7 @@ def main(mode, module_dir, out_dir):
         if mode == "tune":
             torch.save(got, saved)
         else:
-            tuned = torch.load(saved)
+            tuned = torch.load(saved, map_location=kernel_device())
             for key, value in tuned.items():
                 if not torch.equal(got[key], value):
                     failures.append(f"{name}.{key}: cached run differs from "
