@@ -39,3 +39,10 @@ def redis_db(server):
     client.flushall()
     yield client
     client.close()
+
+
+def pytest_configure(config):
+    for name, text in (("slow", "takes more than ~10 s"),
+                       ("bazel", "runs bazel"),
+                       ("redis", "starts redis-server")):
+        config.addinivalue_line("markers", f"{name}: {text}")

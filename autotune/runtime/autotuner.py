@@ -528,8 +528,10 @@ class Autotuner(KernelInterface):
                                 "lookup_config(); call the kernel to tune it")
         self.nargs = dict(zip(self.arg_names, args))
         try:
-            return self._tune_pruned(sess, key, named, grid, args, kwargs,
-                                     seeds)
+            # One tuner per device: measuring waits for the device's lock.
+            with sess.device_turn(key):
+                return self._tune_pruned(sess, key, named, grid, args,
+                                         kwargs, seeds)
         finally:
             self.nargs = None
 

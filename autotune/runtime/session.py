@@ -8,6 +8,7 @@ holds the caches and the statistics and writes the dump and the report at
 exit.
 """
 import atexit
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,7 +17,7 @@ import threading
 
 from autotune import log as logs
 from autotune import codec, flags
-from autotune.measure import backends
+from autotune.measure import backends, device_lock
 from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.cache import neighbours as reuse
@@ -111,6 +112,10 @@ class Session:
         self.miss_notes = {}  # key -> why a tier could not answer
         self.finished = False
         self.load_reports = []
+        # The device turn of the fusion being tuned (device_turn), and
+        # each tuned fusion's wait and interval, for the report.
+        self._device_turn = None
+        self.device_times = {}
         self._check_sharding()
         self.backend = backend or backends.select_backend(
             self.options.autotune_backend)
@@ -295,7 +300,8 @@ class Session:
             entry = tune_fn(seeds)
             self.stats.tuned += 1
             self.stats.tuning_seconds += entry.provenance.tuning_seconds
-            self.stats.fusions[key] = {"status": "tuned", "source": None}
+            self.stats.fusions[key] = {"status": "tuned", "source": None,
+                                       **self.device_times.pop(key, {})}
             incumbent = self.incumbent_for(key)
             if incumbent is not None:
                 kept = entry.best == incumbent.best
@@ -318,7 +324,25 @@ class Session:
                 for k in self.cache.loaded
                 if (k.device, k.kernel, k.signature) in wanted}
 
+    @contextlib.contextmanager
+    def device_turn(self, key):
+        """The span of one fusion's tuning: its first measurement takes
+        the device's lock (autotune.measure.device_lock), the end of the
+        span releases it; a tuning that measures nothing takes nothing."""
+        turn = device_lock.DeviceTurn(self.backend)
+        self._device_turn = turn
+        try:
+            yield turn
+        finally:
+            self._device_turn = None
+            turn.release()
+            times = turn.report()
+            if times:
+                self.device_times[key] = times
+
     def count_benchmark(self):
+        if self._device_turn is not None:
+            self._device_turn.take()
         self.stats.candidate_benchmarks += 1
 
     def count_compile_rejected(self, n):
