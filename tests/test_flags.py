@@ -41,6 +41,8 @@ EXPECTED_DEFAULTS = {
     "autotune_compile_check": None,
     "autotune_incumbents_from": [],
     "autotune_workers": 1,
+    "autotune_distributed": "auto",
+    "autotune_distributed_timeout_s": 120.0,
     "autotune_dropin": False,
 }
 

@@ -177,9 +177,16 @@ class DeviceTurn:
                          + ".lock"), f"device {self.identity}")
         self.waited_s = None
         self.start = self.end = None
+        self.left_to_other_rank = False
+
+    def leave_to_other_rank(self):
+        """Another rank of this process's torch.distributed job, on the
+        same device, holds the lock for both: this turn takes nothing."""
+        self.left_to_other_rank = True
 
     def take(self):
-        if self.lock.held or self.start is not None:
+        if self.lock.held or self.start is not None or \
+                self.left_to_other_rank:
             return
         self.waited_s = self.lock.acquire()
         self.start = time.time()

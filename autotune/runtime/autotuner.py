@@ -29,7 +29,7 @@ from autotune.measure import tuner
 from autotune.records import Config, Entry
 from autotune.runtime.session import AutotuneError, session
 from autotune.cache import neighbours as reuse
-from autotune.runtime import parallel, tuning
+from autotune.runtime import distributed, parallel, tuning
 
 
 class AutotuneArgumentError(AutotuneError, ValueError):
@@ -583,9 +583,13 @@ class Autotuner(KernelInterface):
             time_fn=self._time_fn(sess.backend))
         # The cached config of this fusion, if any: kept unless beaten.
         incumbent = sess.incumbent_config(key)
+        # Ranks of a torch.distributed job split the candidates and agree
+        # on one winner: the shared evaluator is the pool too.
+        shared = distributed.share(sess, key, evaluator, incumbent, seeds)
+        evaluator = shared or evaluator
         # --autotune_workers: the candidates are measured in worker
         # processes (None: in this process).
-        pool = parallel.CandidatePool.for_miss(
+        pool = shared or parallel.CandidatePool.for_miss(
             evaluator, sess.options.autotune_workers, sess.backend, self,
             grid, args, kwargs)
         try:

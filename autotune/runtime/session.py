@@ -116,6 +116,9 @@ class Session:
         # each tuned fusion's wait and interval, for the report.
         self._device_turn = None
         self.device_times = {}
+        # This process's rank in a torch.distributed job that tuned with
+        # it (autotune.runtime.distributed), else None.
+        self.distributed_rank = None
         self._check_sharding()
         self.backend = backend or backends.select_backend(
             self.options.autotune_backend)
@@ -315,7 +318,27 @@ class Session:
                         entry = incumbent
                 else:
                     self.stats.incumbents_replaced += 1
+            if self._rank() not in (None, 0):
+                # Every rank tuned the same winner: rank 0 writes it.
+                self.cache.remember(entry)
+                return entry
             return self.cache.store(entry)
+
+    def _rank(self):
+        """This process's rank when it is one of a torch.distributed job
+        (autotune_distributed not off), else None."""
+        if self.distributed_rank is not None:
+            return self.distributed_rank
+        if self.options.autotune_distributed == "off":
+            return None
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and \
+                    dist.is_initialized() and dist.get_world_size() > 1:
+                return dist.get_rank()
+        except Exception:
+            return None
+        return None
 
     def _stale(self, keys):
         """Loaded fingerprints of the keys whose kernel changed."""
@@ -416,6 +439,11 @@ class Session:
                 return
             self.finished = True
             dump = self.options.dump_autotune_results_to
+            rank = self._rank()
+            if dump and rank not in (None, 0):
+                log.info(f"autotune: rank {rank}: the dump is rank 0's "
+                         f"to write ({dump})")
+                dump = None
             if dump:
                 entries, kept = self.merged_dump_entries(dump)
                 codec.dump_results(entries, dump)
@@ -431,6 +459,10 @@ class Session:
                 report_path = os.path.join(
                     os.environ["TEST_UNDECLARED_OUTPUTS_DIR"],
                     "autotune_report.json")
+            if report_path and rank not in (None, 0):
+                # One report per rank, side by side.
+                stem, ext = os.path.splitext(report_path)
+                report_path = f"{stem}.rank{rank}{ext}"
             if report_path:
                 codec.atomic_write(report_path, json.dumps(
                     self.report(), indent=2, sort_keys=True).encode() + b"\n")
