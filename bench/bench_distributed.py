@@ -2,7 +2,7 @@
 what the exchanges between ranks cost.
 
     TRITON_INTERPRET=1 python3 bench/bench_distributed.py [--ranks 1,2,4]
-        [--shapes 4]
+        [--shapes 2]
 
 For each world size, starts that many processes (a gloo process group on
 127.0.0.1; one process alone has none and tunes as usual), each tuning the
@@ -69,6 +69,8 @@ def worker(rank, world, port, shapes):
         for i in range(n):
             job.exchange("bench", "bench", payload)
         latency = (time.perf_counter() - start) / n
+        # Rank 0 hosts the store: nobody leaves before all have read.
+        dist.barrier()
     print(json.dumps({"rank": rank, "tune_s": tune_s,
                       "benchmarks": sess.stats.candidate_benchmarks,
                       "misses": sess.stats.misses,
@@ -104,7 +106,7 @@ def run(world, shapes):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", default="1,2,4")
-    parser.add_argument("--shapes", type=int, default=4)
+    parser.add_argument("--shapes", type=int, default=2)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
