@@ -97,3 +97,15 @@ def test_a_rank_failing_its_share_stops_every_rank(tmp_path):
     for r in (0, 1):
         error = results[r].get("error", "")
         assert "rank(s) 1 failed" in error and "broken" in error, results[r]
+
+
+@pytest.mark.slow
+def test_ranks_with_different_caches_stop_instead_of_hanging(tmp_path):
+    # Rank 0 hits n=40 in its cache and goes on to n=72; rank 1 misses
+    # n=40: they meet with different fusions.
+    results = run_job(tmp_path, 2, "hitmiss", timeout_s=30)
+    for r in (0, 1):
+        error = results[r].get("error", "")
+        assert "not tuning the same fusion" in error, results[r]
+        assert "rank 0: the start of axpb_kernel [n=72" in error, error
+        assert "rank 1: the start of axpb_kernel [n=40" in error, error

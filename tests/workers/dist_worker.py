@@ -5,7 +5,8 @@ its candidate_benchmarks and the exchanges of each phase.
 
 argv: rank world port outdir mode timeout_s
 mode: ok | diverge (rank 1 tunes another size) | kill (rank 1 dies before
-tuning) | fail (rank 1's measurements raise)"""
+tuning) | fail (rank 1's measurements raise) | hitmiss (rank 0 has the
+first size in its own cache, rank 1 misses it)"""
 import datetime
 import json
 import os
@@ -47,7 +48,14 @@ dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
                         rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=120))
 cache = os.path.join(outdir, "cache")
+if mode == "hitmiss":
+    cache = os.path.join(outdir, f"cache{rank}")
 os.makedirs(cache, exist_ok=True)
+if mode == "hitmiss" and rank == 0:
+    autotune.configure(per_fusion_autotune_cache_dir=cache,
+                       autotune_distributed="off")
+    tk.run(tk.make_tuner(CONFIGS, reference=reference, outputs=["y"]),
+           SIZES[0])
 sess = autotune.configure(
     per_fusion_autotune_cache_dir=cache,
     autotune_report_to=os.path.join(outdir, "report.json"),
