@@ -117,3 +117,29 @@ def test_two_processes_tune_one_at_a_time(tmp_path):
     assert sum(w > 0 for ws in waits for w in ws) >= 1, waits
     assert all(any(w > 0 for w in ws) for ws in waits) or \
         [i for _, _, i in intervals] in ([0, 0, 1, 1], [1, 1, 0, 0]), waits
+
+
+def test_a_gpu_is_named_by_its_uuid_whatever_index_it_has(monkeypatch):
+    """Two processes seeing one GPU as cuda:0 (CUDA_VISIBLE_DEVICES=3) and
+    as cuda:3 (all visible) take the same lock."""
+    import types
+    import torch
+
+    class FakeGpu:
+        name = "gpu"
+
+        def __init__(self, index):
+            self.device = torch.device("cuda", index)
+    physical = {("3", 0): "GPU-aaaa", (None, 3): "GPU-aaaa",
+                (None, 0): "GPU-bbbb"}
+
+    def props(device):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return types.SimpleNamespace(uuid=physical[(visible, device.index)])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", props)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    seen_through_one = device_lock.device_identity(FakeGpu(0))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert device_lock.device_identity(FakeGpu(3)) == seen_through_one == \
+        "gpu-GPU-aaaa"
+    assert device_lock.device_identity(FakeGpu(0)) == "gpu-GPU-bbbb"

@@ -60,14 +60,9 @@ def device_identity(backend):
     if uuid:
         return f"gpu-{uuid}"
     bus = getattr(props, "pci_bus_id", None)
-    if bus is None:
-        try:
-            bus = torch.cuda.get_device_properties(device).pci_bus_id
-        except AttributeError:
-            bus = None
     if bus is not None:
-        return f"gpu-pci-{getattr(props, 'pci_domain_id', 0)}-{bus}-" \
-               f"{getattr(props, 'pci_device_id', 0)}"
+        return (f"gpu-pci-{getattr(props, 'pci_domain_id', 0)}-{bus}-"
+                f"{getattr(props, 'pci_device_id', 0)}")
     # Neither known: the index as this process sees it, with the visible
     # list, so processes with the same view at least agree.
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
