@@ -144,6 +144,10 @@ class Slot:
 def _try_lock(path):
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
+        os.fchmod(fd, 0o666)  # every user of the host shares the slots
+    except OSError:
+        pass  # another user's file: usable as it is
+    try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         os.close(fd)
