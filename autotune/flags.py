@@ -163,6 +163,19 @@ FLAGS = (
         "per GPU on a multi-GPU host; plain processes on the interpreter).",
         lower_bound=1),
     FlagSpec(
+        "autotune_distributed", "enum", "auto",
+        "Ranks of a torch.distributed job tune each miss together: the "
+        "candidates split among them, one winner for all (docs/multi-gpu.md)."
+        " auto: when a default process group is initialized; on: require "
+        "one; off: every process tunes alone.",
+        enum_values=("auto", "on", "off")),
+    FlagSpec(
+        "autotune_distributed_timeout_s", "float", 120.0,
+        "How long a rank waits for the others at each step of a shared "
+        "tuning before it stops with an error naming the missing ranks "
+        "(a dead rank, or one that missed another fusion).",
+        lower_bound=0.001),
+    FlagSpec(
         "autotune_dropin", "bool", False,
         "Read at `import autotune`: triton.autotune builds this project's "
         "autotuner (autotune.install()), so @triton.autotune kernels are "

@@ -291,3 +291,43 @@ def test_regenerate_on_an_unchanged_tree_changes_nothing(workspace):
             assert "tuning only fusions missing or stale" in result.stderr
             assert (dumped["hits"], dumped["candidate_benchmarks"]) == (6, 0)
     assert "running 1 dump target(s)" in result.stderr, result.stderr
+
+
+@pytest.mark.bazel
+@pytest.mark.slow
+def test_run_under_the_slot_wrapper_spreads_dumps_over_devices(workspace,
+                                                               tmp_path):
+    """`bazel test --run_under=//tools:gpu_slot` with two simulated
+    devices: four dump-like tests, never two on one device at once."""
+    probe = textwrap.dedent("""\
+        import json, os, time
+        start = time.time()
+        time.sleep(2)
+        with open(os.environ["SLOT_RECORD"], "a") as f:
+            f.write(json.dumps({"device": os.environ.get(
+                "CUDA_VISIBLE_DEVICES"), "start": start,
+                "end": time.time()}) + "\\n")
+        """)
+    write_package(workspace, "slots", """\
+        load("@rules_python//python:defs.bzl", "py_test")
+        [py_test(name = "probe%d" % i, srcs = ["probe.py"], main = "probe.py")
+         for i in range(4)]
+        """, {"probe.py": probe})
+    locks, record = tmp_path / "locks", tmp_path / "runs.jsonl"
+    locks.mkdir()
+    result = run(workspace, "test", "//slots:all", "--jobs=4",
+                 "--run_under=//tools:gpu_slot",
+                 f"--sandbox_writable_path={tmp_path}",
+                 f"--test_env=AUTOTUNE_LOCK_DIR={locks}",
+                 "--test_env=AUTOTUNE_GPU_SLOT_DEVICES=2",
+                 "--test_env=AUTOTUNE_GPU_SLOT_KIND=dump",
+                 f"--test_env=SLOT_RECORD={record}",
+                 "--local_test_jobs=4", "--cache_test_results=no")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    import json
+    runs = [json.loads(line) for line in record.read_text().splitlines()]
+    assert sorted(r["device"] for r in runs) == ["0", "0", "1", "1"], runs
+    for device in ("0", "1"):
+        mine = sorted((r["start"], r["end"]) for r in runs
+                      if r["device"] == device)
+        assert mine[0][1] <= mine[1][0], runs

@@ -48,6 +48,8 @@ EXPECTED_DEFAULTS = {
     "autotune_incumbents_from": [],
     "autotune_retune": False,
     "autotune_workers": 1,
+    "autotune_distributed": "auto",
+    "autotune_distributed_timeout_s": 120.0,
     "autotune_dropin": False,
 }
 

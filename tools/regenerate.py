@@ -16,7 +16,9 @@
    matches is a hit, dumped as it is and never measured. With --retune
    (passed to the targets as --test_env=AUTOTUNE_RETUNE=1) every fusion
    is re-measured, the checked-in configs as incumbents: for a new GPU,
-   driver or Triton version.
+   driver or Triton version. Each runs under
+   tools/gpu_slot.py (--run_under; not when --bazel_arg gives one): one
+   dump target per device at a time, on every device.
 3. Merges the dumps of each cache (tag `autotune_cache=PATH`) into the file:
    - an entry whose key and best config did not change is kept exactly as
      it was (its times, candidates and timestamp too), so an unchanged tree
@@ -43,6 +45,7 @@ or bazel itself could not run.
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -58,6 +61,9 @@ from autotune.codec import CacheFileError  # noqa: E402
 from autotune.cache import merge  # noqa: E402
 from autotune.cli import cache_tool  # noqa: E402
 from autotune.flags import RETUNE_ENV_VAR  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import gpu_slot  # noqa: E402
 
 from autotune.contract import (CACHE_TAG_PREFIX as CACHE_TAG,  # noqa: E402
                                DUMP_FILE, DUMP_SUFFIX, DUMP_TAG,
@@ -194,10 +200,33 @@ def _file_uri_path(uri):
         else None
 
 
+def slot_args(bazel_args, env=None):
+    """Bazel arguments that run each dump target under tools/gpu_slot.py:
+    one dump target per device at a time, on every device. None when the
+    caller gave its own --run_under. The slot files' directory is made
+    writable in the sandbox and passed to the tests, with the slot count
+    overrides of the environment."""
+    env = os.environ if env is None else env
+    if any(a.startswith("--run_under") for a in bazel_args):
+        return []
+    wrapper = os.path.realpath(os.path.join(ROOT, "tools", "gpu_slot.py"))
+    lock_dir = env.get(gpu_slot.LOCK_DIR_ENV) or gpu_slot.DEFAULT_LOCK_DIR
+    os.makedirs(lock_dir, exist_ok=True)
+    args = [f"--run_under={shlex.quote(sys.executable)} "
+            f"{shlex.quote(wrapper)}",
+            f"--test_env={gpu_slot.LOCK_DIR_ENV}={lock_dir}",
+            f"--sandbox_writable_path={lock_dir}"]
+    for name in (gpu_slot.DEVICES_ENV, gpu_slot.LOADS_ENV):
+        if env.get(name):
+            args.append(f"--test_env={name}={env[name]}")
+    return args
+
+
 def run_dump_targets(bazel, targets, cwd, bazel_args, retune=False):
     """Runs the targets; returns {target: (passed?, testlogs folder or
     None)}. The folder comes from the build events (so it is right however
     the convenience symlinks are set up)."""
+    bazel_args = list(bazel_args) + slot_args(bazel_args)
     with tempfile.TemporaryDirectory() as tmp:
         events = os.path.join(tmp, "events.json")
         result = _bazel(

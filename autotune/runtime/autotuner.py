@@ -33,7 +33,8 @@ from autotune.measure import tuner
 from autotune.records import Config, Entry
 from autotune.runtime.session import AutotuneError, session
 from autotune.cache import neighbours as reuse
-from autotune.runtime import parallel, progress as progress_module, tuning
+from autotune.runtime import (distributed, parallel, progress as progress_module,
+                              tuning)
 
 
 def _check_callables(tuner_, prune, reference):
@@ -664,8 +665,10 @@ class Autotuner(KernelInterface):
                                 "lookup_config(); call the kernel to tune it")
         self.nargs = dict(zip(self.arg_names, args))
         try:
-            return self._tune_pruned(sess, key, named, grid, args, kwargs,
-                                     seeds)
+            # One tuner per device: measuring waits for the device's lock.
+            with sess.device_turn(key):
+                return self._tune_pruned(sess, key, named, grid, args,
+                                         kwargs, seeds)
         finally:
             self.nargs = None
 
@@ -717,10 +720,14 @@ class Autotuner(KernelInterface):
             time_fn=self._time_fn(sess.backend))
         # The cached config of this fusion, if any: kept unless beaten.
         incumbent = sess.incumbent_config(key)
+        # Ranks of a torch.distributed job split the candidates and agree
+        # on one winner: the shared evaluator is the pool too.
+        shared = distributed.share(sess, key, evaluator, incumbent, seeds)
+        evaluator = shared or evaluator
         progress = None
         # --autotune_workers: the candidates are measured in worker
         # processes (None: in this process).
-        pool = parallel.CandidatePool.for_miss(
+        pool = shared or parallel.CandidatePool.for_miss(
             evaluator, sess.options.autotune_workers, sess.backend, self,
             grid, args, kwargs)
         try:

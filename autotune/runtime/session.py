@@ -8,6 +8,7 @@ holds the caches and the statistics and writes the dump and the report at
 exit.
 """
 import atexit
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,7 +17,7 @@ import threading
 
 from autotune import log as logs
 from autotune import codec, flags
-from autotune.measure import backends
+from autotune.measure import backends, device_lock
 from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.cache import neighbours as reuse
@@ -92,6 +93,13 @@ class Session:
         # it (summary line, dump, report).
         self.pid = os.getpid()
         self.load_reports = []
+        # The device turn of the fusion being tuned (device_turn), and
+        # each tuned fusion's wait and interval, for the report.
+        self._device_turn = None
+        self.device_times = {}
+        # This process's rank in a torch.distributed job that tuned with
+        # it (autotune.runtime.distributed), else None.
+        self.distributed_rank = None
         self._check_sharding()
         self.backend = backend or backends.select_backend(
             self.options.autotune_backend)
@@ -288,7 +296,8 @@ class Session:
             entry = tune_fn(seeds)
             self.stats.tuned += 1
             self.stats.tuning_seconds += entry.provenance.tuning_seconds
-            self.stats.fusions[key] = {"status": "tuned", "source": None}
+            self.stats.fusions[key] = {"status": "tuned", "source": None,
+                                       **self.device_times.pop(key, {})}
             incumbent = self.incumbent_for(key)
             if incumbent is not None:
                 kept = entry.best == incumbent.best
@@ -302,7 +311,27 @@ class Session:
                         entry = incumbent
                 else:
                     self.stats.incumbents_replaced += 1
+            if self._rank() not in (None, 0):
+                # Every rank tuned the same winner: rank 0 writes it.
+                self.cache.remember(entry)
+                return entry
             return self.cache.store(entry)
+
+    def _rank(self):
+        """This process's rank when it is one of a torch.distributed job
+        (autotune_distributed not off), else None."""
+        if self.distributed_rank is not None:
+            return self.distributed_rank
+        if self.options.autotune_distributed == "off":
+            return None
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and \
+                    dist.is_initialized() and dist.get_world_size() > 1:
+                return dist.get_rank()
+        except Exception:
+            return None
+        return None
 
     def _stale(self, keys):
         """Loaded fingerprints of the keys whose kernel changed."""
@@ -311,7 +340,25 @@ class Session:
                 for k in self.cache.loaded
                 if (k.device, k.kernel, k.signature) in wanted}
 
+    @contextlib.contextmanager
+    def device_turn(self, key):
+        """The span of one fusion's tuning: its first measurement takes
+        the device's lock (autotune.measure.device_lock), the end of the
+        span releases it; a tuning that measures nothing takes nothing."""
+        turn = device_lock.DeviceTurn(self.backend)
+        self._device_turn = turn
+        try:
+            yield turn
+        finally:
+            self._device_turn = None
+            turn.release()
+            times = turn.report()
+            if times:
+                self.device_times[key] = times
+
     def count_benchmark(self):
+        if self._device_turn is not None:
+            self._device_turn.take()
         self.stats.candidate_benchmarks += 1
 
     def count_compile_rejected(self, n):
@@ -412,6 +459,11 @@ class Session:
                 return
             self.finished = True
             dump = self.options.dump_autotune_results_to
+            rank = self._rank()
+            if dump and rank not in (None, 0):
+                log.info(f"autotune: rank {rank}: the dump is rank 0's "
+                         f"to write ({dump})")
+                dump = None
             if dump:
                 entries, kept = self.merged_dump_entries(dump)
                 codec.dump_results(entries, dump)
@@ -428,6 +480,10 @@ class Session:
                 report_path = os.path.join(
                     os.environ["TEST_UNDECLARED_OUTPUTS_DIR"],
                     REPORT_FILE)
+            if report_path and rank not in (None, 0):
+                # One report per rank, side by side.
+                stem, ext = os.path.splitext(report_path)
+                report_path = f"{stem}.rank{rank}{ext}"
             if report_path:
                 codec.atomic_write(report_path, json.dumps(
                     self.report(), indent=2, sort_keys=True).encode() + b"\n")

@@ -1,0 +1,207 @@
+"""One tuner per device: an inter-process lock per physical device.
+
+Two processes that time candidates on one device at once time each other's
+kernels, and the winner they store is whatever the contention produced. A
+process therefore measures only while it holds its device's lock: an
+exclusive flock(2) on a file in the lock directory ($AUTOTUNE_LOCK_DIR, else
+/tmp/rules_autotune-locks). Hits, loads and launches of tuned kernels never
+take it.
+
+The file is named after the device itself, not its index: a GPU's UUID (or
+PCI bus id) when torch can tell, so two processes that see one GPU through
+different CUDA_VISIBLE_DEVICES agree; on the interpreter, one lock per host
+(the CPU is the device). The kernel releases an flock when its holder dies,
+so a lock file left behind by a dead process never blocks; the file only
+says which pid held it last, for the message a waiting process logs.
+
+    turn = DeviceTurn(backend)      # nothing taken yet
+    turn.take()                     # blocks until this process holds it
+    ...measure...
+    turn.release()                  # turn.report(): waited, start, end
+"""
+import errno
+import fcntl
+import os
+import re
+import socket
+import time
+
+from autotune import log as logs
+from autotune.errors import AutotuneError
+
+log = logs.get("device_lock")
+
+LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
+DEFAULT_LOCK_DIR = "/tmp/rules_autotune-locks"
+
+
+class DeviceLockError(AutotuneError):
+    """The lock directory or file cannot be used."""
+
+
+def lock_dir(env=None):
+    env = os.environ if env is None else env
+    return env.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR
+
+
+def _safe(name):
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "device"
+
+
+def device_identity(backend):
+    """A name for the physical device `backend` measures on, the same in
+    every process that uses that device."""
+    if getattr(backend, "name", "") != "gpu":
+        return "host-" + socket.gethostname()
+    import torch
+    device = backend.device
+    props = torch.cuda.get_device_properties(device)
+    uuid = getattr(props, "uuid", None)
+    if uuid:
+        return f"gpu-{uuid}"
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is not None:
+        return (f"gpu-pci-{getattr(props, 'pci_domain_id', 0)}-{bus}-"
+                f"{getattr(props, 'pci_device_id', 0)}")
+    # Neither known: the index as this process sees it, with the visible
+    # list, so processes with the same view at least agree.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
+    return f"gpu-{visible}-{device.index}"
+
+
+def holder_of(path):
+    """The pid written in a lock file, or None."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+class FileLock:
+    """An exclusive flock on one file; acquire() blocks, logging once (with
+    the holder's pid) when it has to wait. Returns the seconds waited."""
+
+    def __init__(self, path, what=None):
+        self.path = path
+        self.what = what or os.path.basename(path)
+        self.fd = None
+
+    def _open(self):
+        directory = os.path.dirname(self.path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            # Anyone on the host may need the lock: no umask on the mode.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise DeviceLockError(
+                f"device lock {self.path}: {e.strerror or e} (set "
+                f"{LOCK_DIR_ENV} to a writable directory)") from None
+        try:
+            os.fchmod(fd, 0o666)
+        except OSError:
+            pass  # someone else's file: usable as it is
+        return fd
+
+    def try_acquire(self):
+        """Takes the lock if it is free; True when taken."""
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return False
+            raise DeviceLockError(f"device lock {self.path}: {e}") from None
+        self._took(fd)
+        return True
+
+    def acquire(self, on_wait=None):
+        start = time.monotonic()
+        if self.try_acquire():
+            return 0.0
+        holder = holder_of(self.path)
+        if on_wait is not None:
+            on_wait(holder)
+        else:
+            log.info(f"autotune: waiting for {self.what}: held by "
+                     + (f"pid {holder}" if holder else "another process")
+                     + f" ({self.path})")
+        fd = self._open()
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                break
+            except InterruptedError:
+                continue
+        self._took(fd)
+        return time.monotonic() - start
+
+    def _took(self, fd):
+        self.fd = fd
+        # Who holds it, for the message another process logs while waiting.
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self):
+        if self.fd is None:
+            return
+        fd, self.fd = self.fd, None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    @property
+    def held(self):
+        return self.fd is not None
+
+
+class DeviceTurn:
+    """This process's turn on its device for one tuned fusion. take() is
+    called before each measurement and acquires the lock the first time,
+    so a tuning that measures nothing (pruned to one config) never waits;
+    release() ends the turn. report(): {"device_wait_s", "tuning_start",
+    "tuning_end"} (Unix times) once the lock was held, else {}."""
+
+    def __init__(self, backend=None, identity=None, directory=None):
+        self.identity = identity or device_identity(backend)
+        self.lock = FileLock(
+            os.path.join(directory or lock_dir(), _safe(self.identity)
+                         + ".lock"), f"device {self.identity}")
+        self.waited_s = None
+        self.start = self.end = None
+        self.left_to_other_rank = False
+
+    def leave_to_other_rank(self):
+        """Another rank of this process's torch.distributed job, on the
+        same device, holds the lock for both: this turn takes nothing."""
+        self.left_to_other_rank = True
+
+    def take(self):
+        if self.lock.held or self.start is not None or \
+                self.left_to_other_rank:
+            return
+        self.waited_s = self.lock.acquire()
+        self.start = time.time()
+
+    def release(self):
+        if self.lock.held:
+            # Read before letting go: the next holder's start comes after.
+            self.end = time.time()
+            self.lock.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def report(self):
+        if self.start is None:
+            return {}
+        return {"device_wait_s": round(self.waited_s, 3),
+                "tuning_start": round(self.start, 6),
+                "tuning_end": round(self.end if self.end is not None
+                                    else time.time(), 6)}

@@ -1,0 +1,145 @@
+"""One tuner per device: the inter-process device lock, with real
+processes."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autotune.measure import device_lock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _spawn(script, *args, env=None):
+    return subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "workers", script)]
+        + [str(a) for a in args], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_sigkilled_holder_frees_the_lock(tmp_path):
+    holder = _spawn("hold_lock.py", tmp_path, "gpu-test")
+    try:
+        assert holder.stdout.readline().strip() == "HELD"
+        lock = device_lock.DeviceTurn(identity="gpu-test",
+                                      directory=str(tmp_path)).lock
+        assert not lock.try_acquire()
+        assert device_lock.holder_of(lock.path) == holder.pid
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # The kernel dropped the dead process's flock; its file (naming the
+    # dead pid) is still there and does not block.
+    assert device_lock.holder_of(lock.path) == holder.pid
+    start = time.monotonic()
+    assert lock.try_acquire()
+    assert time.monotonic() - start < 1.0
+    assert device_lock.holder_of(lock.path) == os.getpid()
+    lock.release()
+
+
+def test_stale_lock_file_does_not_block(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; "
+                           "print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    turn = device_lock.DeviceTurn(identity="host-x", directory=str(tmp_path))
+    with open(turn.lock.path, "w") as f:
+        f.write(dead + "\n")
+    turn.take()
+    assert turn.waited_s == 0.0
+    turn.release()
+    assert set(turn.report()) == {"device_wait_s", "tuning_start",
+                                  "tuning_end"}
+
+
+def test_waiting_logs_the_holder_once(tmp_path, capsys):
+    holder = _spawn("hold_lock.py", tmp_path, "gpu-a")
+    try:
+        assert holder.stdout.readline().strip() == "HELD"
+        turn = device_lock.DeviceTurn(identity="gpu-a",
+                                      directory=str(tmp_path))
+        import threading
+        threading.Timer(1.0, holder.send_signal, (signal.SIGKILL,)).start()
+        turn.take()
+        turn.release()
+    finally:
+        holder.kill()
+        holder.wait()
+    waits = [line for line in capsys.readouterr().err.splitlines()
+             if "waiting" in line]
+    assert len(waits) == 1 and f"pid {holder.pid}" in waits[0], waits
+    assert turn.waited_s >= 0.5
+
+
+def test_devices_have_separate_locks(tmp_path):
+    a = device_lock.DeviceTurn(identity="gpu-a", directory=str(tmp_path))
+    b = device_lock.DeviceTurn(identity="gpu-b", directory=str(tmp_path))
+    a.take()
+    assert b.lock.try_acquire()  # another device: not blocked
+    b.lock.release()
+    a.release()
+
+
+def test_interpreter_identity_is_the_host():
+    import socket
+    from autotune.measure import backends
+    assert device_lock.device_identity(backends.InterpreterBackend()) == \
+        "host-" + socket.gethostname()
+
+
+@pytest.mark.slow
+def test_two_processes_tune_one_at_a_time(tmp_path):
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               AUTOTUNE_LOCK_DIR=str(tmp_path / "locks"))
+    reports = [tmp_path / f"report{i}.json" for i in range(2)]
+    procs = [_spawn("lock_tuner.py", r, 40, 72, env=env) for r in reports]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    fusions = []
+    for r in reports:
+        tuned = [f for f in json.loads(r.read_text())["fusions"]
+                 if f["status"] == "tuned"]
+        assert len(tuned) == 2
+        fusions.append(tuned)
+    intervals = sorted((f["tuning_start"], f["tuning_end"], i)
+                       for i, tuned in enumerate(fusions) for f in tuned)
+    for (s0, e0, _), (s1, e1, _) in zip(intervals, intervals[1:]):
+        assert e0 <= s1, intervals  # never two tunings at once
+    # Both processes started together: each waited for the other at least
+    # once (the one that lost the first race, and the other for its second
+    # fusion unless it finished both first).
+    waits = [[f["device_wait_s"] for f in tuned] for tuned in fusions]
+    assert sum(w > 0 for ws in waits for w in ws) >= 1, waits
+    assert all(any(w > 0 for w in ws) for ws in waits) or \
+        [i for _, _, i in intervals] in ([0, 0, 1, 1], [1, 1, 0, 0]), waits
+
+
+def test_a_gpu_is_named_by_its_uuid_whatever_index_it_has(monkeypatch):
+    """Two processes seeing one GPU as cuda:0 (CUDA_VISIBLE_DEVICES=3) and
+    as cuda:3 (all visible) take the same lock."""
+    import types
+    import torch
+
+    class FakeGpu:
+        name = "gpu"
+
+        def __init__(self, index):
+            self.device = torch.device("cuda", index)
+    physical = {("3", 0): "GPU-aaaa", (None, 3): "GPU-aaaa",
+                (None, 0): "GPU-bbbb"}
+
+    def props(device):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return types.SimpleNamespace(uuid=physical[(visible, device.index)])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", props)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    seen_through_one = device_lock.device_identity(FakeGpu(0))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert device_lock.device_identity(FakeGpu(3)) == seen_through_one == \
+        "gpu-GPU-aaaa"
+    assert device_lock.device_identity(FakeGpu(0)) == "gpu-GPU-bbbb"
