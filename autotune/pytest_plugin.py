@@ -19,6 +19,7 @@ controller adds up the statistics and, in update mode, merges the workers'
 results into one cache (a fusion two workers tuned to different winners is
 resolved as a single run would resolve it, and reported).
 """
+import difflib
 import json
 import os
 import shutil
@@ -27,13 +28,14 @@ import tempfile
 
 import pytest
 
-from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_KEYS, INI_REQUIRE,
+from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_DROPIN, INI_KEYS,
+                             INI_REQUIRE, INI_TRUE, ini_file_keys,
                              override_ini_names)
 
 from autotune.cache import merge
 
 BACKENDS = ("auto", "gpu", "interpreter")
-_TRUE = ("1", "true", "yes", "on")
+_TRUE = INI_TRUE
 _FALSE = ("0", "false", "no", "off", "")
 STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest",
                "candidate_benchmarks", "tuning_seconds", "saved_seconds")
@@ -85,6 +87,7 @@ class Settings:
         require = opt.autotune_require_complete
         if require is None:
             require = _ini_bool(config, INI_REQUIRE)
+        _ini_bool(config, INI_DROPIN)  # acted on before the conftest files
         backend = (config.getini(INI_BACKEND) or "auto").strip()
         if backend not in BACKENDS:
             raise _usage(f"ini {INI_BACKEND} = {backend!r} "
@@ -143,10 +146,12 @@ class Settings:
 
 def _check_ini_keys(config):
     """A misspelt autotune ini key would silently do nothing."""
-    for name in getattr(config, "inicfg", {}) or {}:
+    for name in ini_file_keys(config):
         if name.startswith("autotune") and name not in INI_KEYS:
+            close = difflib.get_close_matches(name, INI_KEYS, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
             raise _usage(f"unknown ini key {name!r} in {config.inipath}; "
-                         f"known keys: {', '.join(INI_KEYS)}")
+                         f"{hint}known keys: {', '.join(INI_KEYS)}")
 
 
 def _ini_source(config, name):
@@ -591,8 +596,9 @@ class AutotunePlugin:
                 f"autotune: {len(r['bypassing'])} kernel(s) decorated with "
                 f"Triton's own triton.autotune did not use the cache: "
                 f"{', '.join(r['bypassing'])}; `autotune.install()` in "
-                "conftest.py, or AUTOTUNE_FLAGS=--autotune_dropin, routes "
-                "them through it", yellow=True)
+                "conftest.py, `autotune_dropin = true` in the ini file or "
+                "AUTOTUNE_FLAGS=--autotune_dropin routes them through it",
+                yellow=True)
         for error in r.get("errors", []):
             tr.write_line(f"autotune: error: {error}", red=True)
         for c in r.get("conflicts", []):
