@@ -634,8 +634,8 @@ def bypassing_kernels(root):
     while the drop-in is not installed: they tune at every run, unseen by
     the cache. Names as module.attribute, sorted."""
     from autotune.runtime import triton_patch
-    cls = triton_patch.triton_autotuner_class()
-    if cls is None or triton_patch.installed():
+    if triton_patch.triton_autotuner_class() is None or \
+            triton_patch.installed():
         return []
     root = os.path.join(os.path.realpath(root), "")
     found = set()
@@ -646,7 +646,7 @@ def bypassing_kernels(root):
                 or not os.path.realpath(path).startswith(root):
             continue
         for attr, value in list(vars(module).items()):
-            if isinstance(value, cls):
+            if triton_patch.is_triton_autotuner(value):
                 found.add(f"{name}.{attr}")
     return sorted(found)
 

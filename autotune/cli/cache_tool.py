@@ -177,7 +177,7 @@ def tree_kernels(modules):
     fingerprint."""
     from autotune.runtime.autotuner import Autotuner
     from autotune.runtime.triton_patch import (from_triton_autotuner,
-                                               triton_autotuner_class)
+                                               is_triton_autotuner)
     root = workspace_import_root()
     if root and root not in sys.path:
         sys.path.append(root)
@@ -188,10 +188,8 @@ def tree_kernels(modules):
         except Exception as e:  # the module's own code raised
             raise ToolError(f"--kernel_module={name}: cannot import: "
                             f"{type(e).__name__}: {e}")
-        triton_autotuner = triton_autotuner_class()
         for value in vars(module).values():
-            if triton_autotuner is not None and \
-                    isinstance(value, triton_autotuner):
+            if is_triton_autotuner(value):
                 try:
                     value = from_triton_autotuner(value)
                 except AutotuneError as e:
