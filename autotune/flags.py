@@ -7,8 +7,10 @@ works for XLA, so a Bazel `env` attribute can configure a test.
 Every flag has a keyword of the same name in autotune.configure().
 """
 import dataclasses
+import difflib
 import os
 import shlex
+import textwrap
 
 from absl import flags as absl_flags
 
@@ -186,6 +188,27 @@ def flag_names():
     return [spec.name for spec in FLAGS]
 
 
+HELP_ARGS = ("--help", "-h", "--helpfull")
+
+
+def usage():
+    """Every flag with its kind, default and help text, from FLAGS."""
+    lines = [f"{ENV_VAR} flags (also autotune.configure() keywords):"]
+    for spec in FLAGS:
+        kind = "|".join(spec.enum_values) if spec.enum_values else spec.kind
+        default = "" if spec.default in (None, ()) else \
+            f", default {spec.default!r}"
+        lines.append(f"  --{spec.name} ({kind}{default})")
+        lines += textwrap.wrap(spec.help, 76, initial_indent="      ",
+                               subsequent_indent="      ")
+    return "\n".join(lines)
+
+
+def _did_you_mean(name):
+    close = difflib.get_close_matches(name, flag_names(), n=1)
+    return f"did you mean --{close[0]}? " if close else ""
+
+
 def resolve_path(path, env=None, flag="path"):
     """Expands the TEST_WORKSPACE/ and TEST_UNDECLARED_OUTPUTS_DIR/ prefixes
     from the environment, as XLA does."""
@@ -219,6 +242,11 @@ def parse(text, env=None, resolve=True):
     except ValueError as e:
         raise AutotuneFlagsError(f"{ENV_VAR}: cannot split {text!r}: {e}")
     for arg in argv:
+        if arg.split("=", 1)[0] in HELP_ARGS:
+            # Asked for where the flags are read, so it shows wherever that
+            # is (a test log, a pytest error, a script's traceback).
+            raise AutotuneFlagsError(f"{ENV_VAR}={arg}: the flags are:\n"
+                                     + usage())
         if not arg.startswith("-"):
             raise AutotuneFlagsError(
                 f"{ENV_VAR}: {arg!r} is not a flag (flags look like "
@@ -227,8 +255,10 @@ def parse(text, env=None, resolve=True):
         values(["autotune"] + argv, known_only=False)
     except absl_flags.UnrecognizedFlagError as e:
         raise AutotuneFlagsError(
-            f"{ENV_VAR}: unknown flag --{e.flagname}; known flags: "
-            + ", ".join("--" + n for n in flag_names()))
+            f"{ENV_VAR}: unknown flag --{e.flagname}; "
+            f"{_did_you_mean(e.flagname)}known flags: "
+            + ", ".join("--" + n for n in flag_names())
+            + f" ({ENV_VAR}=--help explains each)")
     except absl_flags.Error as e:
         raise AutotuneFlagsError(f"{ENV_VAR}: {e}")
     for name in flag_names():
@@ -308,3 +338,7 @@ def check_values(options):
 def from_environment(env=None):
     env = os.environ if env is None else env
     return parse(env.get(ENV_VAR, ""), env)
+
+
+if __name__ == "__main__":  # python3 -m autotune.flags: the same listing
+    print(usage())
