@@ -28,14 +28,21 @@ import tempfile
 
 import pytest
 
-from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_DROPIN, INI_KEYS,
-                             INI_REQUIRE, INI_TRUE, ini_file_keys,
-                             override_ini_names)
+try:
+    from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_DROPIN,
+                                 INI_KEYS, INI_REQUIRE, ini_file_keys,
+                                 override_ini_names)
+except ImportError:
+    # Loaded through the entry point of an install made before the plugin
+    # moved to pytest_autotune: pytest_configure below says to reinstall.
+    _LOADER_MISSING = True
+else:
+    _LOADER_MISSING = False
 
 from autotune.cache import merge
 
 BACKENDS = ("auto", "gpu", "interpreter")
-_TRUE = INI_TRUE
+_TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest",
                "candidate_benchmarks", "tuning_seconds", "saved_seconds")
@@ -711,3 +718,25 @@ def stats_view(request):
     from autotune.runtime import session as runtime_session
     stats = runtime_session.session().stats
     return StatsView({n: getattr(stats, n) for n in STAT_FIELDS})
+
+
+def pytest_configure(config):
+    """Only reached when this module is loaded as a plugin itself: by
+    `-p autotune.pytest_plugin`, or by the entry point of an install made
+    before the plugin moved to the module pytest_autotune. It declares no
+    options, so it does nothing; a project that does not use autotuning
+    must not fail for it."""
+    manager = config.pluginmanager
+    if manager.has_plugin("pytest_autotune"):
+        return  # the plugin is loaded under its own name as well
+    how = ("installed, pytest loads it by itself; from a checkout, pass "
+           "`-p pytest_autotune`")
+    if manager.get_name(sys.modules[__name__]) == __name__:
+        raise pytest.UsageError(f"autotune: the plugin is the module "
+                                f"pytest_autotune ({how}), not {__name__}")
+    config.issue_config_time_warning(pytest.PytestConfigWarning(
+        f"rules_autotune: this environment's install of the package "
+        f"predates its pytest entry point pytest_autotune, so the autotune "
+        f"options are off; reinstall the package "
+        f"({'pytest_autotune cannot be imported; ' if _LOADER_MISSING else ''}"
+        f"{how})"), stacklevel=2)
