@@ -14,12 +14,20 @@ package installed must neither see the one nor wait for the other.
 """
 import os
 
+import iniconfig  # pytest's own ini reader, one of its dependencies
 import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: pytest itself depends on tomli there
+    import tomli as tomllib
 
 INI_CACHE = "autotune_cache"
 INI_REQUIRE = "autotune_require_complete"
 INI_BACKEND = "autotune_backend"
-INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND)
+INI_DROPIN = "autotune_dropin"
+INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND, INI_DROPIN)
+INI_TRUE = ("1", "true", "yes", "on")
 _PATH = dict(metavar="PATH", default=None)
 _SWITCH = dict(action="store_true", default=False)
 # (flag, argparse keywords, help), in the order --help lists them.
@@ -61,6 +69,9 @@ def pytest_addoption(parser):
     parser.addini(INI_REQUIRE, "true: fail every test that misses the cache",
                   default="false")
     parser.addini(INI_BACKEND, "auto | gpu | interpreter", default="auto")
+    parser.addini(INI_DROPIN, "true: route unedited @triton.autotune "
+                  "kernels through the cache (as AUTOTUNE_FLAGS="
+                  "--autotune_dropin)", default="false")
 
 
 def asks_for_autotune(config, options=None):
@@ -76,8 +87,42 @@ def asks_for_autotune(config, options=None):
     if any(name.startswith("autotune")
            for name in override_ini_names(options)):
         return True
-    return any(name.startswith("autotune")
-               for name in getattr(config, "inicfg", {}) or {})
+    return any(name.startswith("autotune") for name in ini_file_keys(config))
+
+
+_INI_FILE_KEYS = pytest.StashKey()
+
+
+def ini_file_keys(config):
+    """The keys of the pytest section of the session's ini file
+    (config.inipath), misspelt ones included: getini answers only for
+    declared keys, and Config.inicfg, which listed them all, is deprecated
+    from pytest 9.2 on. Read once per session; an ini file pytest read
+    but this cannot is taken as naming no key."""
+    keys = config.stash.get(_INI_FILE_KEYS, None)
+    if keys is None:
+        try:
+            keys = _read_ini_keys(config.inipath) if config.inipath else ()
+        except (OSError, ValueError, iniconfig.ParseError):
+            keys = ()
+        config.stash[_INI_FILE_KEYS] = keys = tuple(keys)
+    return keys
+
+
+def _read_ini_keys(path):
+    """The pytest section's keys, wherever each file kind keeps them:
+    [pytest] (pytest.ini, tox.ini, pytest.toml), [tool:pytest] (setup.cfg),
+    [tool.pytest.ini_options] or pytest 9's [tool.pytest] (pyproject.toml)."""
+    if str(path).endswith(".toml"):
+        with open(path, "rb") as f:
+            document = tomllib.load(f)
+        tool_pytest = document.get("tool", {}).get("pytest", {})
+        keys = list(document.get("pytest", {}))
+        keys += [k for k in tool_pytest if k != "ini_options"]
+        return keys + list(tool_pytest.get("ini_options", {}))
+    document = iniconfig.IniConfig(str(path))
+    return [key for section in ("pytest", "tool:pytest")
+            if section in document for key, _ in document[section].items()]
 
 
 def override_ini_names(options):
@@ -101,7 +146,11 @@ def pytest_load_initial_conftests(early_config, parser, args):
         if backend == "interpreter" and \
                 os.environ.get("TRITON_INTERPRET") is None:
             os.environ["TRITON_INTERPRET"] = "1"
-    import autotune  # noqa: F401
+    import autotune
+    # Before the conftest files too: kernels they decorate with
+    # triton.autotune get this project's autotuner.
+    if str(early_config.getini(INI_DROPIN)).strip().lower() in INI_TRUE:
+        autotune.install()
 
 
 def pytest_configure(config):

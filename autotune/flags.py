@@ -7,10 +7,12 @@ works for XLA, so a Bazel `env` attribute can configure a test.
 Every flag has a keyword of the same name in autotune.configure().
 """
 import dataclasses
+import difflib
 import math
 import os
 import re
 import shlex
+import textwrap
 
 from absl import flags as absl_flags
 
@@ -234,6 +236,27 @@ def flag_names():
     return [spec.name for spec in FLAGS]
 
 
+HELP_ARGS = ("--help", "-h", "--helpfull")
+
+
+def usage():
+    """Every flag with its kind, default and help text, from FLAGS."""
+    lines = [f"{ENV_VAR} flags (also autotune.configure() keywords):"]
+    for spec in FLAGS:
+        kind = "|".join(spec.enum_values) if spec.enum_values else spec.kind
+        default = "" if spec.default in (None, ()) else \
+            f", default {spec.default!r}"
+        lines.append(f"  --{spec.name} ({kind}{default})")
+        lines += textwrap.wrap(spec.help, 76, initial_indent="      ",
+                               subsequent_indent="      ")
+    return "\n".join(lines)
+
+
+def _did_you_mean(name):
+    close = difflib.get_close_matches(name, flag_names(), n=1)
+    return f"did you mean --{close[0]}? " if close else ""
+
+
 def resolve_path(path, env=None, flag="path"):
     """Expands the TEST_WORKSPACE/ and TEST_UNDECLARED_OUTPUTS_DIR/ prefixes
     from the environment, as XLA does."""
@@ -273,6 +296,11 @@ def parse(text, env=None, resolve=True):
             + (f"; it names {', '.join('--' + n for n in named)}"
                if named else ""))
     for number, arg in enumerate(argv, 1):
+        if arg.split("=", 1)[0] in HELP_ARGS:
+            # Asked for where the flags are read, so it shows wherever that
+            # is (a test log, a pytest error, a script's traceback).
+            raise AutotuneFlagsError(f"{ENV_VAR}={arg}: the flags are:\n"
+                                     + usage())
         if not arg.startswith("-"):
             # Not quoted: it may be the part of a password after a space.
             after = f" (after {argv[number - 2].split('=')[0]})" \
@@ -284,8 +312,10 @@ def parse(text, env=None, resolve=True):
         values(["autotune"] + argv, known_only=False)
     except absl_flags.UnrecognizedFlagError as e:
         raise AutotuneFlagsError(
-            f"{ENV_VAR}: unknown flag --{e.flagname}; known flags: "
-            + ", ".join("--" + n for n in flag_names()))
+            f"{ENV_VAR}: unknown flag --{e.flagname}; "
+            f"{_did_you_mean(e.flagname)}known flags: "
+            + ", ".join("--" + n for n in flag_names())
+            + f" ({ENV_VAR}=--help explains each)")
     except absl_flags.Error as e:
         raise AutotuneFlagsError(f"{ENV_VAR}: {redact_text(e)}")
     for spec in FLAGS:
@@ -383,3 +413,7 @@ def from_environment(env=None):
         raise AutotuneFlagsError(
             f"{RETUNE_ENV_VAR}={env[RETUNE_ENV_VAR]!r}: expected 1 or 0")
     return options
+
+
+if __name__ == "__main__":  # python3 -m autotune.flags: the same listing
+    print(usage())

@@ -21,6 +21,7 @@ controller adds up the statistics and, in update mode, merges the workers'
 results into one cache (a fusion two workers tuned to different winners is
 resolved as a single run would resolve it, and reported).
 """
+import difflib
 import json
 import os
 import shutil
@@ -29,8 +30,11 @@ import tempfile
 
 import pytest
 
-from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_KEYS, INI_REQUIRE,
-                             override_ini_names)
+# The entry point declares the options and ini keys and hands a session
+# that asks for autotuning to configure() below; it imports nothing of the
+# package itself, so that installed, it costs other projects nothing.
+from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_DROPIN, INI_KEYS,
+                             INI_REQUIRE, ini_file_keys, override_ini_names)
 
 from autotune.cache import merge
 
@@ -102,6 +106,7 @@ class Settings:
         require = opt.autotune_require_complete
         if require is None:
             require = _ini_bool(config, INI_REQUIRE)
+        _ini_bool(config, INI_DROPIN)  # acted on before the conftest files
         backend = (config.getini(INI_BACKEND) or "auto").strip()
         if backend not in BACKENDS:
             raise _usage(f"ini {INI_BACKEND} = {backend!r} "
@@ -168,10 +173,12 @@ class Settings:
 
 def _check_ini_keys(config):
     """A misspelt autotune ini key would silently do nothing."""
-    for name in getattr(config, "inicfg", {}) or {}:
+    for name in ini_file_keys(config):
         if name.startswith("autotune") and name not in INI_KEYS:
+            close = difflib.get_close_matches(name, INI_KEYS, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
             raise _usage(f"unknown ini key {name!r} in {config.inipath}; "
-                         f"known keys: {', '.join(INI_KEYS)}")
+                         f"{hint}known keys: {', '.join(INI_KEYS)}")
 
 
 def _ini_given(config, name):
@@ -657,8 +664,9 @@ class AutotunePlugin:
                 f"autotune: {len(r['bypassing'])} kernel(s) decorated with "
                 f"Triton's own triton.autotune did not use the cache: "
                 f"{', '.join(r['bypassing'])}; `autotune.install()` in "
-                "conftest.py, or AUTOTUNE_FLAGS=--autotune_dropin, routes "
-                "them through it", yellow=True)
+                "conftest.py, `autotune_dropin = true` in the ini file or "
+                "AUTOTUNE_FLAGS=--autotune_dropin routes them through it",
+                yellow=True)
         for error in r.get("errors", []):
             tr.write_line(f"autotune: error: {error}", red=True)
         for c in r.get("conflicts", []):
@@ -694,8 +702,8 @@ def bypassing_kernels(root):
     while the drop-in is not installed: they tune at every run, unseen by
     the cache. Names as module.attribute, sorted."""
     from autotune.runtime import triton_patch
-    cls = triton_patch.triton_autotuner_class()
-    if cls is None or triton_patch.installed():
+    if triton_patch.triton_autotuner_class() is None or \
+            triton_patch.installed():
         return []
     root = os.path.join(os.path.realpath(root), "")
     found = set()
@@ -706,7 +714,7 @@ def bypassing_kernels(root):
                 or not os.path.realpath(path).startswith(root):
             continue
         for attr, value in list(vars(module).items()):
-            if isinstance(value, cls):
+            if triton_patch.is_triton_autotuner(value):
                 found.add(f"{name}.{attr}")
     return sorted(found)
 

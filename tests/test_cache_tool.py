@@ -127,10 +127,51 @@ def test_prune_and_verify_stale_kernels(tmp_path, capsys):
     assert tool("verify", src, *module) == 1
     out = capsys.readouterr().out
     assert "stale: kernel changed" in out and "no kernel of this name" in out
+    # The verdict and the fix, last, on stdout.
+    assert out.splitlines()[-1].startswith(
+        "2 stale: regenerate with `bazel run @rules_autotune//tools:"
+        "regenerate` (or `pytest --autotune-update`), or drop them with "
+        "`autotune_cache prune IN -o OUT --stale --kernel_module M`")
     pruned = tmp_path / "p.textproto"
     assert tool("prune", src, "-o", pruned, "--stale", *module) == 0
     assert [e.key for e in codec.load_results(pruned)] == [fresh.key]
+    capsys.readouterr()
     assert tool("verify", pruned, *module) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
+
+
+_CONSOLE_SCRIPT = """\
+import sys
+from autotune.cli.cache_tool import main
+sys.exit(main())
+"""
+
+
+def test_installed_command_imports_kernel_modules_from_the_current_directory(
+        tmp_path):
+    """The installed `autotune_cache` command is a script in a bin
+    directory, which Python puts first on the path instead of the current
+    directory: --kernel_module must still find the user's module there."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "mykernels.py").write_text(
+        "import tiny_kernels\ntuned = tiny_kernels.make_tuner()\n")
+    script = tmp_path / "bin" / "autotune_cache"
+    script.parent.mkdir()
+    script.write_text(_CONSOLE_SCRIPT)
+    cache = project / "c.textproto"
+    codec.dump_results(make_entries(1), cache)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(
+        [ROOT, os.path.join(ROOT, "tests")]))
+    env.pop("AUTOTUNE_FLAGS", None)
+    result = subprocess.run(
+        [sys.executable, str(script), "verify", "c.textproto",
+         "--kernel_module", "mykernels"], env=env, cwd=project,
+        capture_output=True, text=True)
+    # The entry (kernel "matmul") is not in the module: stale, found by
+    # importing it.
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "no kernel of this name in the tree" in result.stdout
 
 
 def test_convert_round_trip_is_byte_identical(tmp_path):
@@ -249,8 +290,11 @@ def test_verify_decodes_every_candidate(tmp_path, capsys):
     # find the bad candidate by decoding it, not by the checksum.
     bad.write_bytes(data[:-5].replace(b"ZETA=1", b"ZETA~1"))
     assert tool("verify", bad) == 2
-    err = capsys.readouterr().err
-    assert str(bad) in err and "malformed config params" in err
+    captured = capsys.readouterr()
+    assert captured.err.startswith("autotune_cache: error: ")
+    assert str(bad) in captured.err
+    assert "malformed config params" in captured.err
+    assert "error" not in captured.out
 
 
 _TREE_KERNELS = """

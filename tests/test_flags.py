@@ -190,3 +190,24 @@ def test_retune_from_the_environment():
         {"AUTOTUNE_FLAGS": "--autotune_retune"}).autotune_retune
     with pytest.raises(AutotuneFlagsError, match="AUTOTUNE_RETUNE='maybe'"):
         flags.from_environment({"AUTOTUNE_RETUNE": "maybe"})
+
+
+@pytest.mark.parametrize("arg", ["--help", "-h", "--helpfull"])
+def test_help_lists_every_flag_with_its_help_text(arg):
+    with pytest.raises(flags.AutotuneFlagsError) as e:
+        flags.parse(f"--autotune_workers=2 {arg}")
+    text = str(e.value)
+    assert text.startswith(f"AUTOTUNE_FLAGS={arg}: the flags are:")
+    for spec in flags.FLAGS:
+        assert f"  --{spec.name} (" in text
+        assert " ".join(spec.help.split()[:4]) in " ".join(text.split())
+
+
+def test_unknown_flag_suggests_the_closest_name():
+    with pytest.raises(flags.AutotuneFlagsError,
+                       match="unknown flag --autotune_worker; did you mean "
+                             "--autotune_workers\\?"):
+        flags.parse("--autotune_worker=2")
+    with pytest.raises(flags.AutotuneFlagsError) as e:
+        flags.parse("--zzz")
+    assert "did you mean" not in str(e.value)

@@ -18,6 +18,8 @@ pytest_plugins = ["pytester"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = "testdata/kernels.textproto"
 PLUGIN = ("-p", "pytest_autotune")
+DEPRECATIONS_ARE_ERRORS = "error::pytest.PytestDeprecationWarning"
+PYTEST_MAJOR = int(pytest.__version__.split(".")[0])
 
 KERNELS = '''
 import autotune
@@ -113,8 +115,10 @@ def run_pytest(pytester, *args, pythonpath=(ROOT,)):
         mp.setenv("PYTHONPATH", env["PYTHONPATH"])
         for name in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
             mp.delenv(name, raising=False)
+        # Every session fails on a deprecated pytest API the plugin uses.
         result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", *args, timeout=300)
+            "-p", "no:cacheprovider", "-W", DEPRECATIONS_ARE_ERRORS, *args,
+            timeout=300)
     return Run(result.ret, result.stdout.str() + "\n" + result.stderr.str())
 
 
@@ -451,6 +455,10 @@ def test_update_on_a_read_only_path(bare):
     ("autotune_backend = \"tpu\"\n", "ini autotune_backend = 'tpu'"),
     ("autotune_cahce = \"x.textproto\"\n",
      "unknown ini key 'autotune_cahce'"),
+    ("autotune_cahce = \"x.textproto\"\n",
+     "did you mean autotune_cache? known keys: autotune_cache,"),
+    ("autotune_dropin = \"sometimes\"\n",
+     "ini autotune_dropin = 'sometimes'"),
 ])
 def test_unknown_ini_values(bare, ini, message):
     (bare.path / "pyproject.toml").write_text(PYPROJECT + ini)
@@ -526,6 +534,54 @@ def test_installed_plugin_stays_out_of_projects_that_do_not_use_it(
         result = run_pytest(pytester, pythonpath=(ROOT, str(installed)))
     assert result.returncode == 0, result.output
     assert outcomes(result) == {"passed": 1}
+
+
+# A project without autotune settings that turns every warning into an
+# error, in each kind of ini file.
+STRICT_INI_FILES = [
+    ("pytest.ini", "[pytest]\nfilterwarnings = error\n"),
+    ("tox.ini", "[pytest]\nfilterwarnings = error\n"),
+    ("setup.cfg", "[tool:pytest]\nfilterwarnings = error\n"),
+    ("pyproject.toml",
+     "[tool.pytest.ini_options]\nfilterwarnings = [\"error\"]\n"),
+]
+if PYTEST_MAJOR >= 9:  # pytest.toml and native [tool.pytest] tables
+    STRICT_INI_FILES += [
+        ("pytest.toml", "[pytest]\nfilterwarnings = [\"error\"]\n"),
+        ("pyproject.toml", "[tool.pytest]\nfilterwarnings = [\"error\"]\n"),
+    ]
+
+
+@pytest.mark.parametrize("ini_name, ini_text", STRICT_INI_FILES)
+def test_installed_plugin_is_silent_for_projects_with_warnings_as_errors(
+        pytester, installed, ini_name, ini_text):
+    """Not one warning from the entry point, under -W error and the
+    project's own filterwarnings = error: a deprecated pytest API used at
+    start-up would stop every session of such a project."""
+    (pytester.path / ini_name).write_text(ini_text)
+    (pytester.path / "test_other.py").write_text(UNRELATED_TESTS)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("TRITON_INTERPRET", raising=False)
+        result = run_pytest(pytester, "-W", "error",
+                            pythonpath=(ROOT, str(installed)))
+    assert result.returncode == 0, result.output
+    assert outcomes(result) == {"passed": 1}
+    assert not re.search(r"Warning\b|warnings summary|\d+ warning",
+                         result.output), result.output
+
+
+@pytest.mark.parametrize("ini_name, ini_text", [
+    (name, text.replace("filterwarnings", "autotune_cahce"))
+    for name, text in STRICT_INI_FILES])
+def test_misspelt_key_is_named_in_every_kind_of_ini_file(
+        pytester, ini_name, ini_text):
+    (pytester.path / ini_name).write_text(ini_text)
+    result = run_pytest(pytester, *PLUGIN)
+    assert result.returncode == 4, result.output
+    line = _error_line(result)
+    assert "unknown ini key 'autotune_cahce'" in line
+    assert "did you mean autotune_cache?" in line
+    assert str(pytester.path / ini_name) in line
 
 
 def test_runtime_is_imported_before_the_projects_conftest(bare):
@@ -612,6 +668,12 @@ def test_kernels_of_triton_autotune_without_the_dropin_are_named(bare):
         mp.setenv("AUTOTUNE_FLAGS", "--autotune_dropin")
         result = run_pytest(bare, *PLUGIN, "--autotune-update",
                             "test_uses.py")
+    assert outcomes(result) == {"passed": 1}, result.output
+    assert "did not use the cache" not in result.output
+    # The ini key does what the flag does, without the variable.
+    (bare.path / "pyproject.toml").write_text(
+        PYPROJECT + "autotune_dropin = \"true\"\n")
+    result = run_pytest(bare, *PLUGIN, "--autotune-update", "test_uses.py")
     assert outcomes(result) == {"passed": 1}, result.output
     assert "did not use the cache" not in result.output
 

@@ -41,6 +41,11 @@ included), every flag it does not name keeps the environment's value, and
 the flag defaults come last. Values given through the API are checked as
 the flag parser checks flags.
 
+`AUTOTUNE_FLAGS=--help` lists every flag with its help text where the flags
+are read (the run stops there, as on a bad flag); `python3 -m
+autotune.flags` prints the same list. An unknown flag is named with the
+closest known one.
+
 """
 
 FOOTER = """

@@ -13,8 +13,12 @@ are; --in_place runs in this workspace and rewrites them):
    benchmarks and tuning seconds saved, read from each test's report.
 
 Without a GPU everything runs on Triton's interpreter.
+
+Run by a python3 that lacks the packages (Debian 12's, say) when .ci/run
+has made its virtual environment, it runs itself again under .ci/venv.
 """
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +28,41 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CI_VENV_BIN = os.path.join(ROOT, ".ci", "venv", "bin")
+NEEDED = ("torch", "triton", "google.protobuf", "absl")
+
+
+def _missing_packages():
+    missing = []
+    for name in NEEDED:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # the parent package of a dotted name
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def use_ci_venv(argv):
+    """Re-executes under .ci/venv's Python when this one lacks the packages
+    and that environment exists; under it, puts its bin first on PATH, as
+    the bazel tests start the python3 (and python) found there."""
+    venv_python = os.path.join(CI_VENV_BIN, "python3")
+    in_venv = os.path.realpath(sys.prefix) == os.path.realpath(
+        os.path.dirname(CI_VENV_BIN))
+    if not in_venv and _missing_packages() and os.path.exists(venv_python):
+        os.execv(venv_python, [venv_python, os.path.abspath(__file__),
+                               *argv])
+    if in_venv and os.environ.get("PATH", "").split(os.pathsep)[0] != \
+            CI_VENV_BIN:
+        os.environ["PATH"] = os.pathsep.join(
+            [CI_VENV_BIN, os.environ.get("PATH", "")])
+
+
+if __name__ == "__main__":
+    use_ci_venv(sys.argv[1:])
+
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 from regenerate import test_outputs, testlogs_dir  # noqa: E402

@@ -237,10 +237,12 @@ def tree_autotuners(modules):
     tree_kernels)."""
     from autotune.runtime.autotuner import Autotuner
     from autotune.runtime.triton_patch import (from_triton_autotuner,
-                                               triton_autotuner_class)
-    root = workspace_import_root()
-    if root and root not in sys.path:
-        sys.path.append(root)
+                                               is_triton_autotuner)
+    # The current directory too, as `python -m` would: the installed
+    # `autotune_cache` command starts with its own bin directory there.
+    for directory in (workspace_import_root(), os.getcwd()):
+        if directory and directory not in sys.path:
+            sys.path.append(directory)
     known = {}
     for name in modules:
         try:
@@ -248,10 +250,8 @@ def tree_autotuners(modules):
         except Exception as e:  # the module's own code raised
             raise ToolError(f"--kernel_module={name}: cannot import: "
                             f"{type(e).__name__}: {e}")
-        triton_autotuner = triton_autotuner_class()
         for value in vars(module).values():
-            if triton_autotuner is not None and \
-                    isinstance(value, triton_autotuner):
+            if is_triton_autotuner(value):
                 try:
                     value = from_triton_autotuner(value)
                 except AutotuneError as e:
@@ -289,10 +289,27 @@ def stale_reason(entry, known):
     return None
 
 
+def verify_verdict(stale, outdated, other):
+    """verify's last line: what it found and the command that fixes it."""
+    found = [f"{n} {what}" for n, what in ((stale, "stale"),
+                                           (outdated, "of an old key version"),
+                                           (other, "unreadable"))
+             if n]
+    if not found:
+        return "verify: ok"
+    fix = ("regenerate with `bazel run @rules_autotune//tools:regenerate` "
+           "(or `pytest --autotune-update`)")
+    if stale:
+        fix += ", or drop them with `autotune_cache prune IN -o OUT " \
+               "--stale --kernel_module M`"
+    return f"{', '.join(found)}: {fix}"
+
+
 def cmd_verify(args):
     known = tree_kernels(args.kernel_module) if args.kernel_module else None
     findings = 0
     bad = 0
+    stale = outdated = 0
     for path in args.paths:
         try:
             # A bad value in a remote namespace is a finding, like a stale
@@ -310,21 +327,23 @@ def cmd_verify(args):
         for entry in entries:
             problems = []
             if entry.key.key_version != KEY_VERSION:
+                outdated += 1
                 problems.append(f"key version {entry.key.key_version}, "
                                 f"current is {KEY_VERSION}")
             if known is not None:
                 reason = stale_reason(entry, known)
                 if reason:
+                    stale += 1
                     problems.append("stale: " + reason)
             for problem in problems:
                 findings += 1
                 print(f"{path}: {entry.key.kernel} [{entry.key.signature}] "
                       f"on {entry.key.device}: {problem}")
         print(f"{path}: {len(entries)} entries, format version "
-              f"{codec.FORMAT_VERSION}, no duplicate keys",
-              file=sys.stderr)
+              f"{codec.FORMAT_VERSION}, no duplicate keys")
     if bad:
         return 2
+    print(verify_verdict(stale, outdated, findings - stale - outdated))
     return 1 if findings else 0
 
 

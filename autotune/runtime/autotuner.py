@@ -23,7 +23,7 @@ import sys
 import time
 import warnings
 
-from triton.runtime.jit import KernelInterface
+from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
 from autotune import log as logs
 from autotune.errors import AutotuneArgumentError, AutotuneWarning
@@ -218,10 +218,17 @@ def triton_message(name, key, seconds, config):
             f"{triton_config_text(config)};")
 
 
-class Autotuner(KernelInterface):
+class Autotuner(TritonAutotuner):
     """Stands where triton.runtime.autotuner.Autotuner stands:
     kernel[grid](*args, **kwargs), .run(*args, grid=, warmup=, **kwargs),
     .warmup(), .fn, .configs, .best_config, .prune_configs().
+
+    A subclass of Triton's, because torch accepts a kernel by that class
+    (torch.library.wrap_triton, triton_op, torch.compile's handling of
+    user-defined kernels). It sets every attribute itself, Triton's
+    included, and overrides what launches or tunes (run, warmup,
+    prune_configs); Triton's __init__ is not called, and the drop-in's
+    routing of Triton's run does not reach it.
 
     The positional arguments are triton's (fn, arg_names, configs, key,
     reset_to_zero, restore_value, ...); this project's own options are
@@ -775,8 +782,13 @@ class Autotuner(KernelInterface):
         best = result.best.config
         # Triton resets reset_to_zero once more before the real launch.
         self.pre_hook({**named, **best.all_kwargs()}, reset_only=True)
-        self.configs_timings = {self._originals.get(c.config, c.config):
-                                c.run_time_us for c in result.candidates}
+        # As Triton fills it: candidate config -> timings in milliseconds
+        # (Triton's are do_bench quantiles; here the one median measured),
+        # inf for a config that failed.
+        self.configs_timings = {
+            self._originals.get(c.config, c.config):
+            [c.run_time_us / 1000.0 if c.ok else float("inf")]
+            for c in result.candidates}
         self.bench_time = result.seconds
         if _triton_knob("print"):
             # Triton's knobs.autotuning.print (TRITON_PRINT_AUTOTUNING=1):

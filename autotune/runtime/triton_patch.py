@@ -21,6 +21,15 @@ def triton_autotuner_class():
     return getattr(module, "Autotuner", None)
 
 
+def is_triton_autotuner(value):
+    """Whether `value` is a kernel that Triton's own triton.autotune (or a
+    library's subclass of Triton's Autotuner) decorated: this project's
+    Autotuner derives from Triton's, and is not one."""
+    cls = triton_autotuner_class()
+    return cls is not None and isinstance(value, cls) and \
+        not isinstance(value, Autotuner)
+
+
 def from_triton_autotuner(triton_autotuner):
     """This project's autotuner for a kernel that triton.autotune already
     decorated: the same configs, key, hooks and pruning."""
@@ -58,6 +67,8 @@ def _triton_run(self, *args, **kwargs):
     try:
         return tuned.run(*args, **kwargs)
     finally:
+        # What Triton's run leaves on the object, for code that reads it
+        # (a library's own Autotuner subclass, autotuning listeners).
         self.best_config = tuned.best_config
         # Read by users of Triton's autotuner after a tuning launch.
         self.configs_timings = tuned.configs_timings
@@ -115,4 +126,4 @@ def installed():
 
 
 __all__ = ["from_triton_autotuner", "install", "installed",
-           "triton_autotuner_class", "uninstall"]
+           "is_triton_autotuner", "triton_autotuner_class", "uninstall"]
