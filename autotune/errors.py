@@ -86,6 +86,12 @@ class TableError(AutotuneError):
 class TableMiss(TableError):
     """The search asked for a configuration the table does not hold."""
 
+class DeviceLockError(AutotuneError):
+    """The lock directory or file cannot be used."""
+
+class DistributedTuningError(AutotuneError):
+    """Ranks of a torch.distributed job could not tune a fusion together."""
+
 
 class RegenerateError(ToolError):
     """regenerate cannot go on: bazel failed, a dump is missing or bad."""

@@ -27,7 +27,7 @@ import socket
 import time
 
 from autotune import log as logs
-from autotune.errors import AutotuneError
+from autotune.errors import DeviceLockError
 
 log = logs.get("device_lock")
 
@@ -35,8 +35,6 @@ LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
 DEFAULT_LOCK_DIR = "/tmp/rules_autotune-locks"
 
 
-class DeviceLockError(AutotuneError):
-    """The lock directory or file cannot be used."""
 
 
 def lock_dir(env=None):

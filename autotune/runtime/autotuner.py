@@ -187,13 +187,9 @@ _NO_DTYPE = itertools.repeat(None)
 
 def _triton_prints_autotuning():
     """TRITON_PRINT_AUTOTUNING=1, or triton.knobs.autotuning.print set."""
-    try:
-        from triton import knobs
-        return bool(knobs.autotuning.print)
-    except (ImportError, AttributeError):
-        import os
-        return os.environ.get("TRITON_PRINT_AUTOTUNING", "") in (
-            "1", "true", "on", "yes")
+    import os
+    return _triton_knob("print") or os.environ.get(
+        "TRITON_PRINT_AUTOTUNING", "") in ("1", "true", "on", "yes")
 
 
 def triton_config_text(config):
@@ -790,12 +786,6 @@ class Autotuner(TritonAutotuner):
             [c.run_time_us / 1000.0 if c.ok else float("inf")]
             for c in result.candidates}
         self.bench_time = result.seconds
-        if _triton_knob("print"):
-            # Triton's knobs.autotuning.print (TRITON_PRINT_AUTOTUNING=1):
-            # the user asked for this line on stdout, as Triton prints it.
-            print(f"autotune: {self.name} tuned for {key.describe()} in "
-                  f"{result.seconds:.2f} s; best config: {best.short()}",
-                  flush=True)
         return Entry(key, best, result.best.run_time_us,
                      sorted(result.candidates,
                             key=lambda c: c.config.sort_key),

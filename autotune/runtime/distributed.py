@@ -33,7 +33,7 @@ import statistics
 import time
 
 from autotune import log as logs
-from autotune.errors import AutotuneError
+from autotune.errors import DistributedTuningError
 from autotune.measure import backends, tuner
 
 log = logs.get("distributed")
@@ -45,8 +45,6 @@ EXCHANGES = collections.Counter()
 _KEY_PREFIX = "rules_autotune"
 
 
-class DistributedTuningError(AutotuneError):
-    """Ranks of a torch.distributed job could not tune a fusion together."""
 
 
 def _dist():
