@@ -247,27 +247,8 @@ class Autotuner(TritonAutotuner):
         self.keys = self.key = list(key or ())
         self.reset_to_zero = list(reset_to_zero or ())
         self.restore_value = list(restore_value or ())
-        for param, names in (("key", self.keys),
-                             ("reset_to_zero", self.reset_to_zero),
-                             ("restore_value", self.restore_value)):
-            unknown = [n for n in names if n not in self.arg_names]
-            if unknown:
-                raise AutotuneArgumentError(
-                    f"{self.name}: {param} names {', '.join(unknown)}, not "
-                    f"arguments of the kernel ({', '.join(self.arg_names)})")
+        self._check_arguments(search, budget, time_budget_s)
         self.space = space
-        if search not in SEARCHES:
-            raise AutotuneArgumentError(
-                f"{self.name}: search={search!r}; expected one of "
-                f"{', '.join(map(repr, SEARCHES))}")
-        for what, value in (("budget", budget),
-                            ("time_budget_s", time_budget_s)):
-            if value is not None and (
-                    isinstance(value, bool)
-                    or not isinstance(value, (int, float)) or not value > 0):
-                raise AutotuneArgumentError(
-                    f"{self.name}: {what}={value!r}; expected a number > 0 "
-                    "(or None for the default)")
         if not configs and space is None:
             # Triton's default: one config, launched without tuning.
             configs = [Config({}, num_warps=4, num_stages=3, num_ctas=1)]
@@ -286,25 +267,7 @@ class Autotuner(TritonAutotuner):
             if self._single is not None else None
         self.constexpr_names = sorted(set(keys_module.constexpr_names(self.base_fn)) - tuned
                                       - set(self.keys))
-        # Triton's hooks: a user hook replaces the default one, which resets
-        # reset_to_zero and restores restore_value around every launch
-        # made while tuning (done here before each launch, untimed: see
-        # _tuning_setup; the default pre_hook stays callable).
-        self.restore_copies = {}
-        self.user_defined_pre_hook = pre_hook is not None
-        self.user_defined_post_hook = post_hook is not None
-        if pre_hook is not None:
-            self.pre_hook = pre_hook
-        elif self.reset_to_zero or self.restore_value:
-            self.pre_hook = self._default_pre_hook
-        else:
-            self.pre_hook = _no_pre_hook
-        if post_hook is not None:
-            self.post_hook = post_hook
-        elif self.restore_value:
-            self.post_hook = self._default_post_hook
-        else:
-            self.post_hook = _no_post_hook
+        self._set_hooks(pre_hook, post_hook)
         prune = prune_configs_by or {}
         self.perf_model = prune.get("perf_model")
         self.configs_top_k = prune.get("top_k", 1.0)
@@ -338,6 +301,50 @@ class Autotuner(TritonAutotuner):
         self._memo = {}
         self._session = None
         self._warned = set()
+
+    def _check_arguments(self, search, budget, time_budget_s):
+        """Mistakes a launch would reveal late, refused at decoration."""
+        for param, names in (("key", self.keys),
+                             ("reset_to_zero", self.reset_to_zero),
+                             ("restore_value", self.restore_value)):
+            unknown = [n for n in names if n not in self.arg_names]
+            if unknown:
+                raise AutotuneArgumentError(
+                    f"{self.name}: {param} names {', '.join(unknown)}, not "
+                    f"arguments of the kernel ({', '.join(self.arg_names)})")
+        if search not in SEARCHES:
+            raise AutotuneArgumentError(
+                f"{self.name}: search={search!r}; expected one of "
+                f"{', '.join(map(repr, SEARCHES))}")
+        for what, value in (("budget", budget),
+                            ("time_budget_s", time_budget_s)):
+            if value is not None and (
+                    isinstance(value, bool)
+                    or not isinstance(value, (int, float)) or not value > 0):
+                raise AutotuneArgumentError(
+                    f"{self.name}: {what}={value!r}; expected a number > 0 "
+                    "(or None for the default)")
+
+    def _set_hooks(self, pre_hook, post_hook):
+        """Triton's hooks: a user hook replaces the default one, which
+        resets reset_to_zero and restores restore_value around every
+        launch made while tuning (done here before each launch, untimed:
+        see _tuning_setup; the default pre_hook stays callable)."""
+        self.restore_copies = {}
+        self.user_defined_pre_hook = pre_hook is not None
+        self.user_defined_post_hook = post_hook is not None
+        if pre_hook is not None:
+            self.pre_hook = pre_hook
+        elif self.reset_to_zero or self.restore_value:
+            self.pre_hook = self._default_pre_hook
+        else:
+            self.pre_hook = _no_pre_hook
+        if post_hook is not None:
+            self.post_hook = post_hook
+        elif self.restore_value:
+            self.post_hook = self._default_post_hook
+        else:
+            self.post_hook = _no_post_hook
 
     def _convert(self, configs):
         """This project's Configs for the given ones, remembering each
@@ -676,6 +683,7 @@ class Autotuner(TritonAutotuner):
             self.nargs = None
 
     def _tune_pruned(self, sess, key, named, grid, args, kwargs, seeds):
+        configs = None
         if self.space is None:
             configs = self._convert(self.prune_configs(kwargs))
             seeds = [s for s in seeds if s in configs]
@@ -685,6 +693,45 @@ class Autotuner(TritonAutotuner):
                 result = tuner.TuneResult([], None, 0.0, 0.0, "pruned")
                 return Entry(key, configs[0], 0.0, (),
                              tuner.provenance_for(sess.backend, result))
+        evaluator = self._evaluator(sess, named, grid, args, kwargs)
+        # The cached config of this fusion, if any: kept unless beaten.
+        incumbent = sess.incumbent_config(key)
+        # Ranks of a torch.distributed job split the candidates and agree
+        # on one winner: the shared evaluator is the pool too.
+        shared = distributed.share(sess, key, evaluator, incumbent, seeds)
+        evaluator = shared or evaluator
+        progress = None
+        # --autotune_workers: the candidates are measured in worker
+        # processes (None: in this process).
+        pool = shared or parallel.CandidatePool.for_miss(
+            evaluator, sess.options.autotune_workers, sess.backend, self,
+            grid, args, kwargs)
+        try:
+            if self.space is None or self.search == "exhaustive":
+                todo = self._candidate_list(configs, seeds, incumbent)
+                self._compile_ahead(sess, todo, named)
+                progress = self._progress(sess, key, len(set(todo)))
+                result = tuner.run_candidates(
+                    evaluator if pool is None else pool.replay(evaluator),
+                    todo, "seeded" if seeds else "exhaustive",
+                    incumbent=incumbent, progress=progress)
+            else:
+                result, progress = self._search(sess, key, evaluator, pool,
+                                                seeds, incumbent)
+        except AutotuneError as e:
+            if progress is not None:
+                progress.failed(e)
+            raise
+        finally:
+            if pool is not None:
+                pool.close()
+        progress.finish(result)
+        self._report(evaluator, result)
+        return self._entry_of(sess, key, named, result)
+
+    def _evaluator(self, sess, named, grid, args, kwargs):
+        """The CandidateEvaluator of one fusion's launch: how a config is
+        run, restored between runs, checked and timed."""
         tensors = {k: v for k, v in named.items()
                    if hasattr(v, "untyped_storage")}
         reference = None
@@ -708,7 +755,7 @@ class Autotuner(TritonAutotuner):
             checker = compile_check.Checker(
                 sess.options.autotune_compile_check,
                 _jit_function(self.kernel), named)
-        evaluator = tuner.CandidateEvaluator(
+        return tuner.CandidateEvaluator(
             sess.backend,
             lambda config: self._launch_candidate(config, grid, args, kwargs,
                                                   named),
@@ -721,60 +768,40 @@ class Autotuner(TritonAutotuner):
                 config, grid, args, kwargs, named, after),
             setup=self._tuning_setup(named),
             time_fn=self._time_fn(sess.backend))
-        # The cached config of this fusion, if any: kept unless beaten.
-        incumbent = sess.incumbent_config(key)
-        # Ranks of a torch.distributed job split the candidates and agree
-        # on one winner: the shared evaluator is the pool too.
-        shared = distributed.share(sess, key, evaluator, incumbent, seeds)
-        evaluator = shared or evaluator
-        progress = None
-        # --autotune_workers: the candidates are measured in worker
-        # processes (None: in this process).
-        pool = shared or parallel.CandidatePool.for_miss(
-            evaluator, sess.options.autotune_workers, sess.backend, self,
-            grid, args, kwargs)
-        try:
-            if self.space is None or self.search == "exhaustive":
-                if self.space is not None:
-                    configs = self.space.configs()
-                rest = [c for c in configs if c not in seeds]
-                if seeds:
-                    # seeded: a short search, the neighbours' configs first.
-                    rest = rest[:max(1, len(rest) // 2)]
-                    if incumbent in configs and incumbent not in seeds \
-                            and incumbent not in rest:
-                        rest.append(incumbent)
-                todo = list(seeds) + rest
-                self._compile_ahead(sess, todo, named)
-                progress = self._progress(sess, key, len(set(todo)))
-                result = tuner.run_candidates(
-                    evaluator if pool is None else pool.replay(evaluator),
-                    todo, "seeded" if seeds else "exhaustive",
-                    incumbent=incumbent, progress=progress)
-            else:
-                budget = self.budget
-                if seeds and budget:
-                    budget = max(len(seeds) + 1, budget // 2)
-                first = list(seeds)
-                if incumbent is not None and incumbent not in first:
-                    first.append(incumbent)
-                progress = self._progress(
-                    sess, key, len(self.space),
-                    budget or max(16, min(len(self.space), 64)))
-                result = tuning.tune_with_search(
-                    evaluator, self.space, budget=budget, seed=self.seed,
-                    seeds=first, pool=pool, time_budget_s=self.time_budget_s,
-                    progress=progress)
-                result = tuner.reselect(evaluator, result, incumbent)
-        except AutotuneError as e:
-            if progress is not None:
-                progress.failed(e)
-            raise
-        finally:
-            if pool is not None:
-                pool.close()
-        progress.finish(result)
-        self._report(evaluator, result)
+
+    def _candidate_list(self, configs, seeds, incumbent):
+        """What a config-list (or exhaustive) tuning measures, in order:
+        seeds first; with seeds, a short list (half the rest, and the
+        incumbent)."""
+        if self.space is not None:
+            configs = self.space.configs()
+        rest = [c for c in configs if c not in seeds]
+        if seeds:
+            rest = rest[:max(1, len(rest) // 2)]
+            if incumbent in configs and incumbent not in seeds \
+                    and incumbent not in rest:
+                rest.append(incumbent)
+        return list(seeds) + rest
+
+    def _search(self, sess, key, evaluator, pool, seeds, incumbent):
+        """An evolutionary search over the space; (result, progress)."""
+        budget = self.budget
+        if seeds and budget:
+            budget = max(len(seeds) + 1, budget // 2)
+        first = list(seeds)
+        if incumbent is not None and incumbent not in first:
+            first.append(incumbent)
+        progress = self._progress(sess, key, len(self.space),
+                                  budget or max(16, min(len(self.space), 64)))
+        result = tuning.tune_with_search(
+            evaluator, self.space, budget=budget, seed=self.seed,
+            seeds=first, pool=pool, time_budget_s=self.time_budget_s,
+            progress=progress)
+        return tuner.reselect(evaluator, result, incumbent), progress
+
+    def _entry_of(self, sess, key, named, result):
+        """The cache entry of a finished tuning, with what Triton's
+        autotuner leaves on the object after one."""
         best = result.best.config
         # Triton resets reset_to_zero once more before the real launch.
         self.pre_hook({**named, **best.all_kwargs()}, reset_only=True)
