@@ -36,7 +36,11 @@ import pytest
 from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_DROPIN, INI_KEYS,
                              INI_REQUIRE, ini_file_keys, override_ini_names)
 
+from autotune import codec, flags
 from autotune.cache import merge
+from autotune.cli import cache_tool
+from autotune.log import redact_text  # a URL's password never shows
+from autotune.runtime import session as runtime_session
 
 BACKENDS = ("auto", "gpu", "interpreter")
 _TRUE = ("1", "true", "yes", "on")
@@ -61,7 +65,6 @@ def configure(config):
 
 
 def _usage(message):
-    from autotune.log import redact_text  # a URL's password never shows
     return pytest.UsageError(f"autotune: {redact_text(message)}")
 
 
@@ -310,7 +313,6 @@ class AutotunePlugin:
             self.old_entries = self._read_old_cache()
 
     def _read_old_cache(self):
-        from autotune import codec
         if not os.path.exists(self.settings.cache):
             return []
         try:
@@ -329,7 +331,6 @@ class AutotunePlugin:
         what the plugin decides: which file is loaded, require-complete, the
         backend."""
         import dataclasses
-        from autotune import flags
         s = self.settings
         env = flags.from_environment()
         options = {f.name: getattr(env, f.name)
@@ -358,8 +359,6 @@ class AutotunePlugin:
 
     def start_session(self, options):
         """A runtime session with these options, made the current one."""
-        from autotune import flags
-        from autotune.runtime import session as runtime_session
         unknown = set(options) - set(flags.flag_names())
         if unknown:
             raise runtime_session.AutotuneError(
@@ -390,14 +389,12 @@ class AutotunePlugin:
                 # worker tuned is a hit for the others, not tuned twice.
                 self.shared_dir = tempfile.mkdtemp(prefix="autotune-xdist-")
             return
-        from autotune.runtime import session as runtime_session
         try:
             self.main = self.start_session(self.base_options())
         except runtime_session.AutotuneError as e:
             raise _usage(str(e).replace("autotune: ", "", 1)) from None
 
     def _validate_cache(self):
-        from autotune import codec
         try:
             codec.load_results(self.settings.cache)
         except codec.CacheFileError as e:
@@ -441,7 +438,6 @@ class AutotunePlugin:
                 _install(previous)
 
     def _marker_session(self, marker):
-        from autotune.runtime import session as runtime_session
         if marker.args:
             raise runtime_session.AutotuneError(
                 "takes keyword options only (autotune.configure() names, "
@@ -525,7 +521,6 @@ class AutotunePlugin:
         if self.settings.update:
             self._finish_update(session, exitstatus, runs)
         if self.settings.report:
-            from autotune import codec
             try:
                 codec.atomic_write(self.settings.report, json.dumps(
                     self.result, indent=2, sort_keys=True).encode() + b"\n")
@@ -537,7 +532,6 @@ class AutotunePlugin:
         _install(None)
 
     def _worker_payload(self):
-        from autotune import codec
         entries = self._entries_of_this_process()
         return {"stats": _stats_dict(self.sessions),
                 "fusions": _fusion_records(self.sessions),
@@ -554,7 +548,6 @@ class AutotunePlugin:
     def _gather(self):
         """Statistics, misses and tuned entries of the whole run, from this
         process or, on a controller, from every worker."""
-        from autotune import codec
         if not self.is_controller:
             self._bypassing = bypassing_kernels(str(self.config.rootpath))
             self._fusions = _fusion_records(self.sessions)
@@ -588,8 +581,6 @@ class AutotunePlugin:
         return entries, [c.as_dict() for c in conflicts]
 
     def _finish_update(self, session, exitstatus, runs):
-        from autotune import codec
-        from autotune.cli import cache_tool
         tuned, conflicts = self._merge(runs)
         self.result["conflicts"] = conflicts
         cache = self.settings.cache
@@ -743,7 +734,6 @@ def _relative(path, config):
 
 def _install(sess):
     """Makes `sess` the process's current autotuning session."""
-    from autotune.runtime import session as runtime_session
     runtime_session.set_current(sess)
 
 
@@ -756,7 +746,6 @@ class StatsView:
         self._values = values  # a snapshot: fixed numbers, not live ones
 
     def _session(self):
-        from autotune.runtime import session as runtime_session
         return runtime_session.session()
 
     def __getattr__(self, name):
@@ -792,6 +781,5 @@ def stats_view(request):
     start = request.node.stash.get(_ITEM_START, None)
     if start is not None:
         return StatsView(start[2])
-    from autotune.runtime import session as runtime_session
     stats = runtime_session.session().stats
     return StatsView({n: getattr(stats, n) for n in STAT_FIELDS})
