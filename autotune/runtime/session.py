@@ -251,19 +251,7 @@ class Session:
         with self.lock:
             entry, source = self.cache.lookup(key)
             if entry is not None:
-                if source == "remote":
-                    self.stats.remote_hits += 1
-                    self.stats.saved_seconds += _saved_by(entry)
-                    self.stats.fusions[key] = {
-                        "status": "remote_hit",
-                        "source": self.cache.remote.display}
-                    self.cache.remember(entry)
-                elif source != "memory":
-                    self.stats.hits += 1
-                    self.stats.saved_seconds += _saved_by(entry)
-                    self.stats.fusions[key] = {"status": "hit",
-                                               "source": source}
-                    self.cache.remember(entry)
+                self._count_hit(key, entry, source)
                 return entry
             self.stats.misses += 1
             self.miss_keys.append(key)
@@ -281,41 +269,59 @@ class Session:
             same_device = [n for n in neighbours
                            if n.key.device == key.device]
             if policy == "nearest" and same_device:
-                nearest = same_device[0]
-                entry = nearest.replace(
-                    key=key, candidates=(),
-                    provenance=nearest.provenance._replace(
-                        tuner="nearest", tuning_seconds=0.0))
-                self.stats.nearest += 1
-                self.stats.fusions[key] = {"status": "nearest",
-                                           "source": nearest.key.signature}
-                self.cache.remember(entry)
-                return entry
+                return self._nearest(key, same_device[0])
             seeds = reuse.seed_configs(neighbours) if policy == "seeded" \
                 else []
-            entry = tune_fn(seeds)
-            self.stats.tuned += 1
-            self.stats.tuning_seconds += entry.provenance.tuning_seconds
-            self.stats.fusions[key] = {"status": "tuned", "source": None,
-                                       **self.device_times.pop(key, {})}
-            incumbent = self.incumbent_for(key)
-            if incumbent is not None:
-                kept = entry.best == incumbent.best
-                self.stats.fusions[key]["incumbent"] = \
-                    "kept" if kept else "replaced"
-                if kept:
-                    self.stats.incumbents_kept += 1
-                    if incumbent.key == key:
-                        # Same key, same winner: the entry as it was, so a
-                        # dump is byte-identical.
-                        entry = incumbent
-                else:
-                    self.stats.incumbents_replaced += 1
+            entry = self._count_tuned(key, tune_fn(seeds))
             if self._rank() not in (None, 0):
                 # Every rank tuned the same winner: rank 0 writes it.
                 self.cache.remember(entry)
                 return entry
             return self.cache.store(entry)
+
+    def _count_hit(self, key, entry, source):
+        """Statistics of a hit; an entry from below memory is remembered."""
+        if source == "memory":
+            return
+        if source == "remote":
+            self.stats.remote_hits += 1
+            self.stats.fusions[key] = {"status": "remote_hit",
+                                       "source": self.cache.remote.display}
+        else:
+            self.stats.hits += 1
+            self.stats.fusions[key] = {"status": "hit", "source": source}
+        self.stats.saved_seconds += _saved_by(entry)
+        self.cache.remember(entry)
+
+    def _nearest(self, key, nearest):
+        """The nearest policy: the nearest shape's entry, under this key."""
+        entry = nearest.replace(
+            key=key, candidates=(),
+            provenance=nearest.provenance._replace(
+                tuner="nearest", tuning_seconds=0.0))
+        self.stats.nearest += 1
+        self.stats.fusions[key] = {"status": "nearest",
+                                   "source": nearest.key.signature}
+        self.cache.remember(entry)
+        return entry
+
+    def _count_tuned(self, key, entry):
+        """Statistics of a tuned fusion; the incumbent's entry as it was when
+        the tuning kept its config (so a dump is byte-identical)."""
+        self.stats.tuned += 1
+        self.stats.tuning_seconds += entry.provenance.tuning_seconds
+        self.stats.fusions[key] = {"status": "tuned", "source": None,
+                                   **self.device_times.pop(key, {})}
+        incumbent = self.incumbent_for(key)
+        if incumbent is None:
+            return entry
+        kept = entry.best == incumbent.best
+        self.stats.fusions[key]["incumbent"] = "kept" if kept else "replaced"
+        if not kept:
+            self.stats.incumbents_replaced += 1
+            return entry
+        self.stats.incumbents_kept += 1
+        return incumbent if incumbent.key == key else entry
 
     def _rank(self):
         """This process's rank when it is one of a torch.distributed job
