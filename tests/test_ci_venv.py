@@ -31,7 +31,7 @@ def checkout(tmp_path):
     holding the packages."""
     root = tmp_path / "checkout"
     (root / "tools").mkdir(parents=True)
-    for name in ("run_example_suite.py", "regenerate.py"):
+    for name in ("run_example_suite.py", "regenerate.py", "gpu_slot.py"):
         shutil.copy(os.path.join(ROOT, "tools", name), root / "tools" / name)
     os.symlink(os.path.join(ROOT, "autotune"), root / "autotune")
     make_venv(root / ".ci" / "venv", with_packages=True)
