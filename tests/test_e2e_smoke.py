@@ -181,7 +181,9 @@ def test_user_workspace_flow(smoke):
                    "verify", "../" + CACHE, "--kernel_module",
                    "mykernels.scale_shift", cwd=sub)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert "4 entries" in result.stderr
+    # The verdict, on stdout; errors would be on stderr.
+    assert "4 entries" in result.stdout and "verify: ok" in result.stdout, \
+        result.stdout
     result = bazel("run", "@rules_autotune//tools:autotune_cache", "--",
                    "show", CACHE)
     assert result.returncode == 0, result.stderr[-3000:]
