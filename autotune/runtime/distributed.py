@@ -193,6 +193,7 @@ def share(sess, key, evaluator, incumbent=None, seeds=()):
     if job is None:
         return None
     sess.distributed_rank = job.rank
+    sess.distributed_world_size = job.world_size
     from autotune.measure import device_lock
     identity = device_lock.device_identity(sess.backend)
     what = _fusion_text(key)

@@ -100,6 +100,11 @@ class Session:
         # This process's rank in a torch.distributed job that tuned with
         # it (autotune.runtime.distributed), else None.
         self.distributed_rank = None
+        self.distributed_world_size = None
+        # Exchanges between ranks made before this session (the report
+        # counts this session's own).
+        from autotune.runtime import distributed
+        self._exchanges_before = sum(distributed.EXCHANGES.values())
         self._check_sharding()
         self.backend = backend or backends.select_backend(
             self.options.autotune_backend)
@@ -326,18 +331,36 @@ class Session:
     def _rank(self):
         """This process's rank when it is one of a torch.distributed job
         (autotune_distributed not off), else None."""
+        job = self._job()
+        return job[0] if job else None
+
+    def _job(self):
+        """(rank, world size) when this process is one of a
+        torch.distributed job (autotune_distributed not off), else None."""
         if self.distributed_rank is not None:
-            return self.distributed_rank
+            return self.distributed_rank, self.distributed_world_size
         if self.options.autotune_distributed == "off":
             return None
         dist = sys.modules.get("torch.distributed")
         try:
             if dist is not None and dist.is_available() and \
                     dist.is_initialized() and dist.get_world_size() > 1:
-                return dist.get_rank()
+                return dist.get_rank(), dist.get_world_size()
         except Exception:
             return None
         return None
+
+    def distributed_report(self):
+        """The report's view of the job: this rank, the world size and the
+        exchanges this session made (a run of hits makes none); None when
+        the process tunes alone."""
+        job = self._job()
+        if job is None:
+            return None
+        from autotune.runtime import distributed
+        return {"rank": job[0], "world_size": job[1],
+                "exchanges": sum(distributed.EXCHANGES.values())
+                - self._exchanges_before}
 
     def _stale(self, keys):
         """Loaded fingerprints of the keys whose kernel changed."""
@@ -450,6 +473,7 @@ class Session:
         return {"device": self.device_key, **self.stats.as_dict(),
                 "loaded": self.load_reports,
                 "remote": remote.report() if remote else None,
+                "distributed": self.distributed_report(),
                 "missing": [{"kernel": k.kernel, "signature": k.signature,
                              "device": k.device,
                              **({"note": self.miss_notes[k]}
