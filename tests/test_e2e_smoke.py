@@ -11,6 +11,12 @@ the way a user would:
    subdirectory) and everything passes again;
 4. the cache tool under `bazel run` with paths relative to where bazel ran.
 
+Beside them, a py_test that launches a torch.distributed job of 2 ranks
+(gloo on 127.0.0.1; its own cache): in each dump run (regenerate) the
+ranks split the candidates and agree on every winner; in each load run
+every fusion is a hit on every rank with no exchange between them. Read
+from each rank's report.
+
 One workspace, so one Bazel server and output base for every step; shut
 down at the end. Prints a transcript (commands, wall times, hits and
 benchmarks per shard); `pytest -s` shows it.
@@ -42,6 +48,11 @@ CACHE = "testdata/smoke.textproto"
 REGENERATE = "bazel run @rules_autotune//tools:regenerate"
 KERNEL = "mykernels/scale_shift.py"
 SHARDS = ("shard_1_of_2", "shard_2_of_2")
+RANKS_TEST = "//:ranks_test"
+RANKS_CACHE = "testdata/ranks.textproto"
+RANK_REPORTS = ("autotune_report.json", "autotune_report.rank1.json")
+RANK_FUSIONS = 2  # ranks_test.SIZES
+RANK_CANDIDATES = 4  # mykernels.scale_shift.CONFIGS
 
 
 class Transcript:
@@ -72,13 +83,53 @@ def report(ws, target, shard=None):
     return json.loads(data)
 
 
+def rank_reports(ws, target):
+    outputs = suite.test_outputs(ws, target)
+    missing = [n for n in RANK_REPORTS if n not in outputs]
+    assert not missing, f"{target}: no report {missing} ({sorted(outputs)})"
+    return [json.loads(outputs[n]) for n in RANK_REPORTS]
+
+
+def check_ranks(ws, target, t, tuning):
+    """The ranks of ranks_test agree on every fusion's config. tuning
+    (a dump run that tunes every fusion): each rank measured about half
+    of each fusion's candidates; otherwise (a load run): every fusion a
+    hit on every rank, with no exchange and nothing benchmarked."""
+    reports = rank_reports(ws, target)
+    world = len(reports)
+    winners = [{(f["kernel"], f["signature"]): f["best"]
+                for f in r["fusions"]} for r in reports]
+    assert len(winners[0]) == RANK_FUSIONS and None not in \
+        winners[0].values(), winners
+    assert all(w == winners[0] for w in winners), winners
+    for rank, r in enumerate(reports):
+        job = r["distributed"]
+        assert job and (job["rank"], job["world_size"]) == (rank, world), r
+        if tuning:
+            assert r["tuned"] == RANK_FUSIONS and r["hits"] == 0, r
+            assert job["exchanges"] >= 2 * RANK_FUSIONS, job  # start, share
+            share = r["candidate_benchmarks"] / (RANK_FUSIONS *
+                                                 RANK_CANDIDATES)
+            # Dealt round-robin: within one candidate per fusion of 1/world.
+            assert abs(share - 1 / world) <= 1 / RANK_CANDIDATES, r
+        else:
+            assert r["hits"] == RANK_FUSIONS and r["misses"] == 0 and \
+                r["tuned"] == 0 and r["candidate_benchmarks"] == 0, r
+            assert job["exchanges"] == 0, job
+        t.note(f"{target} rank {rank}: {counts(r)}, "
+               f"{job['exchanges']} exchanges")
+    if tuning:
+        assert sum(r["candidate_benchmarks"] for r in reports) == \
+            RANK_FUSIONS * RANK_CANDIDATES, reports
+
+
 def log(ws, target, shard=None):
     return suite.test_log(ws, target, shard)
 
 
-def summary(stdout):
+def summary(stdout, cache=CACHE):
     return [line for line in stdout.splitlines()
-            if line.startswith(f"regenerate: {CACHE}")][0]
+            if line.startswith(f"regenerate: {cache}")][0]
 
 
 def counts(r):
@@ -120,6 +171,10 @@ def test_user_workspace_flow(smoke):
     result = bazel("run", "@rules_autotune//tools:regenerate")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert f"{CACHE}: 4 entries; 4 added" in result.stdout, result.stdout
+    assert f"{RANKS_CACHE}: 2 entries; 2 added" in result.stdout, \
+        result.stdout
+    t.note(summary(result.stdout, RANKS_CACHE))
+    check_ranks(ws, RANKS_TEST + "_autotune_dump", t, tuning=True)
     path = os.path.join(ws, CACHE)
     umask = os.umask(0)
     os.umask(umask)
@@ -136,6 +191,7 @@ def test_user_workspace_flow(smoke):
         assert r["hits"] >= 1 and r["tuned"] == 0, r
         t.note(f"{target} {shard or '(unsharded)'}: {counts(r)}")
     assert sum(report(ws, "//:kernels_test", s)["hits"] for s in SHARDS) == 3
+    check_ranks(ws, RANKS_TEST, t, tuning=False)
 
     # 3. A kernel edit: stale, not missing; the cache test fails too.
     kernel = os.path.join(ws, KERNEL)
@@ -168,12 +224,17 @@ def test_user_workspace_flow(smoke):
     assert f"{CACHE}: 4 entries; 4 added, 4 removed" in result.stdout, \
         result.stdout
     t.note(summary(result.stdout))
+    # The edited kernel is stale in the ranks' cache too: tuned again.
+    assert f"{RANKS_CACHE}: 2 entries; 2 added, 2 removed" in \
+        result.stdout, result.stdout
+    check_ranks(ws, RANKS_TEST + "_autotune_dump", t, tuning=True)
     result = bazel("test", "//...")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     for shard in SHARDS:
         r = report(ws, "//:kernels_test", shard)
         assert r["candidate_benchmarks"] == 0 and r["misses"] == 0, r
         t.note(f"//:kernels_test {shard}: {counts(r)}")
+    check_ranks(ws, RANKS_TEST, t, tuning=False)
 
     # 4. The cache tool under bazel run, relative to where bazel runs;
     # --kernel_module imports from the workspace root.
