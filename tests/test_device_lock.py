@@ -143,3 +143,104 @@ def test_a_gpu_is_named_by_its_uuid_whatever_index_it_has(monkeypatch):
     assert device_lock.device_identity(FakeGpu(3)) == seen_through_one == \
         "gpu-GPU-aaaa"
     assert device_lock.device_identity(FakeGpu(0)) == "gpu-GPU-bbbb"
+
+
+# -- --autotune_workers: each worker holds its own device's lock ------------
+
+def _stamping_factory(parent_identity, device):
+    """Objective factory for a worker on simulated GPU `device`: reports
+    the device, its pid and when it measured, measuring only while it
+    holds that device's lock (the parent's device excepted)."""
+    from autotune.runtime import parallel
+    from autotune.search import evolutionary as ev
+
+    def objective(config):
+        return ev.Measurement(config, 1.0, "NONE",
+                              f"{device} {os.getpid()} {time.time()}")
+    return parallel.holding_device(objective, f"gpu-{device}",
+                                   parent_identity)
+
+
+def test_each_worker_measures_holding_its_devices_lock(tmp_path,
+                                                       monkeypatch):
+    import functools
+    import threading
+
+    from autotune import Config
+    from autotune.runtime.parallel import ParallelEvaluator
+    monkeypatch.setenv(device_lock.LOCK_DIR_ENV, str(tmp_path))
+    # This process tunes on device 0 and holds its lock; another process
+    # measures on device 1.
+    parent = device_lock.DeviceTurn(identity="gpu-0")
+    parent.take()
+    holder = _spawn("hold_lock.py", tmp_path, "gpu-1")
+    results = {}
+    try:
+        assert holder.stdout.readline().strip() == "HELD"
+        configs = [Config({"x": i}) for i in range(6)]
+        with ParallelEvaluator(functools.partial(_stamping_factory, "gpu-0"),
+                               devices=["0", "1"], start_method="fork",
+                               depth=1) as pool:
+            run = threading.Thread(
+                target=lambda: results.update(m=pool.evaluate(configs)))
+            run.start()
+            time.sleep(1.5)
+            freed = time.time()
+            holder.kill()
+            holder.wait()
+            run.join(60)
+            assert not run.is_alive(), "a worker waits for a lock forever"
+            seen = [m.detail.split() for m in results["m"]]
+            by_device = {}
+            for device, pid, at in seen:
+                by_device.setdefault(device, []).append((int(pid),
+                                                         float(at)))
+            # Device 0's worker did not wait: the parent's lock covers it.
+            assert min(at for _, at in by_device["0"]) < freed, seen
+            # Device 1's worker measured only once the other process let
+            # go, and holds the lock while the pool lives.
+            assert min(at for _, at in by_device["1"]) >= freed, seen
+            lock = device_lock.DeviceTurn(identity="gpu-1").lock
+            assert device_lock.holder_of(lock.path) == by_device["1"][0][0]
+            assert not lock.try_acquire()
+        # The pool closed: its workers let go.
+        assert lock.try_acquire()
+        lock.release()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        parent.release()
+
+
+class _StampingEvaluator:
+    """What CandidatePool needs of a tuner.CandidateEvaluator: the
+    reference outputs are known (a reference= ran), so every candidate
+    goes to the workers; each reports when it ran as its time."""
+    expected = {"y": None}
+    on_benchmark = None
+    compile_checker = None
+    rejected = {}
+
+    def precheck(self, configs):
+        pass
+
+    def __call__(self, config):
+        from autotune.records import Candidate
+        return Candidate(config, time.time(), "NONE", ""), None
+
+
+def test_the_tuning_process_takes_its_device_before_workers_measure():
+    from autotune import Config
+    from autotune.runtime import parallel
+    taken = []
+    pool = parallel.CandidatePool(_StampingEvaluator(), 2,
+                                  take_device=lambda: taken.append(
+                                      time.time()))
+    try:
+        answers = pool.measure_many([Config({"x": i}) for i in range(4)])
+    finally:
+        pool.close()
+    assert len(taken) >= 1
+    assert all(candidate.run_time_us >= taken[0]
+               for candidate, _ in answers), (taken, answers)

@@ -705,7 +705,7 @@ class Autotuner(TritonAutotuner):
         # processes (None: in this process).
         pool = shared or parallel.CandidatePool.for_miss(
             evaluator, sess.options.autotune_workers, sess.backend, self,
-            grid, args, kwargs)
+            grid, args, kwargs, take_device=sess.take_device)
         try:
             if self.space is None or self.search == "exhaustive":
                 todo = self._candidate_list(configs, seeds, incumbent)

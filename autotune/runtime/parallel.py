@@ -23,6 +23,7 @@ import time
 
 from autotune import log as logs
 from autotune.errors import DeviceContextLostError
+from autotune.measure import device_lock
 from autotune.measure.backends import corrupts_context
 from autotune.search.evolutionary import Measurement
 
@@ -289,13 +290,31 @@ def _rebuilt_objective(spec_bytes, device):
     evaluator.expected = {k: _to(v, backend.device)
                           for k, v in spec["expected"].items()}
     measure = _evaluator_objective(evaluator)
-    if not spec.get("grid_per_config"):
-        return measure
+    if spec.get("grid_per_config"):
+        per_config = measure
 
-    def objective(task):
-        config, grid[0] = task
-        return measure(config)
-    return objective
+        def measure(task):
+            config, grid[0] = task
+            return per_config(config)
+    return holding_device(measure, device_lock.device_identity(backend),
+                          spec.get("parent_device"))
+
+
+def holding_device(objective, identity, parent_identity=None):
+    """objective, measuring only while this worker holds the lock of its
+    device (`identity`, autotune.measure.device_lock): taken at the first
+    measurement and held until the worker exits, which is when the pool of
+    one fusion's tuning closes. A worker on the tuning process's own
+    device (`parent_identity`) takes nothing: the tuning process holds
+    that device's lock for it, and taking it here would wait forever."""
+    if identity == parent_identity:
+        return objective
+    turn = device_lock.DeviceTurn(identity=identity)
+
+    def measure_holding(task):
+        turn.take()
+        return objective(task)
+    return measure_holding
 
 
 def _grid_of_config(grid, named, config):
@@ -319,9 +338,15 @@ class CandidatePool:
     kernel's module-level name and the call's arguments.
     """
 
-    def __init__(self, evaluator, workers, gpu_spec=None, gpu_count=0):
+    def __init__(self, evaluator, workers, gpu_spec=None, gpu_count=0,
+                 take_device=None, parent_device=None):
         self.grid_of = None  # config -> launch grid tuple, for GPU workers
         self.evaluator = evaluator
+        # Takes the tuning process's device lock (the session's turn) before
+        # any worker measures; parent_device() names that device, whose
+        # worker then takes no lock of its own.
+        self.take_device = take_device
+        self.parent_device = parent_device
         self.workers = workers
         self.gpu_spec = gpu_spec
         self.gpu_count = gpu_count
@@ -329,13 +354,15 @@ class CandidatePool:
 
     @classmethod
     def for_miss(cls, evaluator, workers, backend, autotuner=None,
-                 grid=None, args=(), kwargs=None):
+                 grid=None, args=(), kwargs=None, take_device=None):
         """A pool, or None when tuning stays in this process (one worker,
-        one GPU, or a launch that cannot be rebuilt in another process)."""
+        one GPU, or a launch that cannot be rebuilt in another process).
+        take_device: called before the workers measure (the session's
+        device turn)."""
         if workers <= 1:
             return None
         if getattr(backend, "name", "") != "gpu":
-            return cls(evaluator, workers)
+            return cls(evaluator, workers, take_device=take_device)
         import pickle
         import torch
         count = min(workers, torch.cuda.device_count())
@@ -367,7 +394,10 @@ class CandidatePool:
                         f"{getattr(autotuner, 'name', 'the kernel')} in "
                         f"process: {reason}")
             return None
-        pool = cls(evaluator, count, gpu_spec=spec, gpu_count=count)
+        pool = cls(evaluator, count, gpu_spec=spec, gpu_count=count,
+                   take_device=take_device,
+                   parent_device=functools.partial(
+                       device_lock.device_identity, backend))
         if callable(grid):
             pool.grid_of = functools.partial(_grid_of_config, grid,
                                              autotuner._bind(args, kwargs
@@ -387,6 +417,8 @@ class CandidatePool:
         spec["expected"] = {k: _to(v, "cpu")
                             for k, v in self.evaluator.expected.items()}
         spec["rtol"], spec["atol"] = self.evaluator.rtol, self.evaluator.atol
+        if self.parent_device is not None:
+            spec["parent_device"] = self.parent_device()
         self.pool = ParallelEvaluator(
             functools.partial(_rebuilt_objective, pickle.dumps(spec)),
             devices=visible_gpu_ids(self.gpu_count), gpu=True)
@@ -414,6 +446,10 @@ class CandidatePool:
         while configs and self.evaluator.expected is None:
             out.append(self.evaluator(configs.pop(0)))
         if configs:
+            if self.take_device is not None:
+                # One tuner per device: this process's device is measured
+                # on by a worker too (on the interpreter, by all of them).
+                self.take_device()
             if self.pool is None:
                 self._start()
             for config, m in zip(configs,

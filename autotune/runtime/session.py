@@ -385,9 +385,14 @@ class Session:
             if times:
                 self.device_times[key] = times
 
-    def count_benchmark(self):
+    def take_device(self):
+        """Waits for this process's device lock during a fusion's tuning
+        (before its first measurement here or in a worker)."""
         if self._device_turn is not None:
             self._device_turn.take()
+
+    def count_benchmark(self):
+        self.take_device()
         self.stats.candidate_benchmarks += 1
 
     def count_compile_rejected(self, n):
