@@ -67,6 +67,12 @@ def test_ranks_agree_split_the_work_and_hits_do_not_talk(tmp_path, world):
     names = sorted(os.listdir(tmp_path))
     assert "report.json" in names and \
         all(f"report.rank{r}.json" in names for r in range(1, world))
+    # Each report says which rank wrote it and what its session exchanged.
+    for r in range(world):
+        name = "report.json" if r == 0 else f"report.rank{r}.json"
+        job = json.loads((tmp_path / name).read_text())["distributed"]
+        assert job == {"rank": r, "world_size": world,
+                       "exchanges": results[r]["exchanges_tune"]}, job
 
 
 @pytest.mark.slow
