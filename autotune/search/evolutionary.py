@@ -68,10 +68,14 @@ class Measurement:
 
 
 class SearchResult:
-    def __init__(self, measurements, seconds, stopped_by):
+    def __init__(self, measurements, seconds, stopped_by,
+                 refine_started=None):
         self.measurements = measurements
         self.seconds = seconds
         self.stopped_by = stopped_by
+        # How many evaluations had been made when the held-back refinement
+        # began (None: it never did).
+        self.refine_started = refine_started
         ok = [m for m in measurements if m.ok]
         self.best = min(ok, key=lambda m: (m.time, m.config.sort_key)) \
             if ok else None
@@ -190,8 +194,9 @@ class EvolutionarySearch:
     def __init__(self, space, budget=100, time_budget_s=None, seed=0,
                  seeds=(), population=16, batch=6, explore=0.25,
                  global_pool=300, niche_reach=3.0, local_per_niche=4,
-                 max_leaders=3, refine_margin=1.25, seed_share=0.5,
-                 far_leaders_as_parents=False, pair_moves=2):
+                 max_leaders=3, refine_margin=1.25, refine_share=0.5,
+                 seed_join=1.03, far_leaders_as_parents=False, pair_moves=2,
+                 refine_pair_moves=None):
         if budget is None or budget <= 0:
             raise SearchError(f"evaluation budget must be positive, got "
                               f"{budget!r}")
@@ -210,9 +215,15 @@ class EvolutionarySearch:
         self.local_per_niche = local_per_niche
         self.max_leaders = max_leaders
         self.refine_margin = refine_margin
-        self.seed_share = seed_share
+        self.refine_share = refine_share
+        self.seed_join = seed_join
         self.far_leaders_as_parents = far_leaders_as_parents
         self.pair_moves = pair_moves
+        # Joint moves of two parameters tried from each best while refining
+        # (model order): a basin whose bottom is one such move from a faster
+        # one is left that way.
+        self.refine_pair_moves = max(4, budget // 10) \
+            if refine_pair_moves is None else refine_pair_moves
         self.enc = _Encoding(space)
         self.binary_dims = [d for d, kind in enumerate(self.enc.kinds)
                             if kind == BINARY]
@@ -279,12 +290,14 @@ class EvolutionarySearch:
                         out.append(g)
         return out
 
-    def _pair_moves(self, genome):
-        """Valid configs two ordinal parameters away (any values of both).
-        Sizes often trade off against each other (a ridge such as a fixed
-        block size in threads), where a one-parameter sweep is stuck."""
+    def _pair_moves(self, genome, every_kind=False):
+        """Valid configs two ordinal parameters away (any values of both;
+        with every_kind, two parameters of any type). Sizes often trade off
+        against each other (a ridge such as a fixed block size in threads),
+        where a one-parameter sweep is stuck."""
         out = []
-        dims = [d for d in self.enc.varying if self.enc.kinds[d] == ORDINAL]
+        dims = [d for d in self.enc.varying
+                if every_kind or self.enc.kinds[d] == ORDINAL]
         for i, a in enumerate(dims):
             for b in dims[i + 1:]:
                 for x in range(len(self.enc.values[a])):
@@ -299,6 +312,38 @@ class EvolutionarySearch:
                         if g in self.valid:
                             out.append(g)
         return out
+
+    def _joint_moves(self, genome, weights, planes=2):
+        """Valid configs two parameters (any types) away, in the order to
+        try them: every move in the planes of the `planes` pairs of
+        parameters the model finds most interacting (a basin whose bottom
+        is one joint move from a faster one is made by such a pair: each
+        size alone worse, both together better), in model order, then the
+        rest in model order. The model alone ranks joint moves poorly: it
+        is fitted mostly on the basin being refined."""
+        moves = self._pair_moves(genome, every_kind=True)
+        if weights is None:
+            return moves
+        strength = {}
+        offset = self.enc.main_width
+        for a, b in self.enc.pairs:
+            width = len(self.enc.values[a]) * len(self.enc.values[b])
+            cells = weights[offset:offset + width]
+            # The spread of the pair's cells: how far from additive the
+            # model finds the two (a mean would favour pairs of few cells).
+            strength[(a, b)] = float(cells.max() - cells.min())
+            offset += width
+        strongest = sorted(strength, key=lambda p: -strength[p])[:planes]
+        first = []
+        for a, b in strongest:
+            plane = [g for g in moves if all(
+                g[d] == genome[d] for d in self.enc.varying
+                if d not in (a, b))]
+            first += self._rank(weights, [g for g in plane
+                                          if g not in first])
+        chosen = set(first)
+        return first + self._rank(weights, [g for g in moves
+                                             if g not in chosen])
 
     def _leaders(self, ranked, binary_only=False):
         """The best config of each basin, fastest first: the best of every
@@ -401,58 +446,54 @@ class EvolutionarySearch:
                           key=lambda g: (measured[g].time, g))
 
         seeds = list(self.seeds)
+        seed_set = set(seeds)
         # The same random order with or without seeds: a seeded search
         # explores as the unseeded one would.
         pool = list(self.valid_list)
         self.rng.shuffle(pool)
-        pool = [g for g in pool if g not in set(seeds)]
+        pool = [g for g in pool if g not in seed_set]
         going = evaluate(seeds + pool[:self.population])
-        # Seeds take no part in selection or in the model until part of the
-        # budget is spent: until then the search runs as it would unseeded,
-        # so a seed from a basin that is poor here cannot pull it away from
-        # a better one. A good seed still wins the final refinement.
+        # Seeds (another device's or shape's favourites) take no part in
+        # selection, in the model or in what is refined until the search
+        # has found, on its own, a config about as fast (seed_join): until
+        # then it runs as it would unseeded, so a seed that beats random
+        # configs but sits in a poor basin here cannot pull it there. A
+        # seed still wins when it is measured faster than anything the
+        # search found itself.
         hidden = set(seeds)
-        seed_join = len(order) + self.seed_share * (budget - len(order))
         refining = False
+        refine_started = None
+        pair_tried = {}
         stall = 0
         chunk = max(1, self.batch // 2)
         while going:
-            if hidden and len(order) >= seed_join:
-                hidden = set()
+            own_times = [m.time for g, m in measured.items()
+                         if m.ok and g not in seed_set]
+            if hidden and own_times:
+                own_best = min(own_times)
+                hidden = {g for g in hidden if not (
+                    measured[g].ok
+                    and own_best <= self.seed_join * measured[g].time)}
             visible = {g: m for g, m in measured.items() if g not in hidden}
             ranked = by_time(visible)
-            everything = by_time(measured)
-            if not everything:
+            if not ranked:
                 going = evaluate([g for g in pool if g not in measured]
                                  [:self.batch])
                 continue
             weights = self._fit(visible)
-            # Budget held back so that the best found, and any better one
-            # found while refining it, gets a complete one-parameter sweep:
-            # what is returned is a local optimum. (Enough for the best the
-            # search found and for a hidden seed that is better still.)
-            reserve = 0
-            for best in {(ranked or everything)[0], everything[0]}:
-                neighbours = self._neighbours(best, full=True)
-                reserve = max(reserve, sum(
-                    g not in measured for g in neighbours) + math.ceil(
-                        self.refine_margin * len(neighbours)))
-            if not refining and budget - len(order) <= reserve:
+            targets = self._refine_targets(ranked, by_time(measured),
+                                           seed_set)
+            if not refining and budget - len(order) <= self._reserve(
+                    targets, measured, budget):
                 refining = True
-                hidden = set()
+                refine_started = len(order)
             if refining:
-                sweep = [g for g in self._neighbours(everything[0], full=True)
-                         if g not in measured]
-                chosen = self._refine(sweep, everything, measured, weights,
-                                      chunk)
+                chosen = self._refine(targets, ranked, measured, weights,
+                                      chunk, pair_tried)
                 if not chosen:  # every basin swept: search on
-                    chosen = self._generation(everything, measured, weights,
+                    chosen = self._generation(ranked, measured, weights,
                                               stall)
                 going = evaluate(chosen)
-                continue
-            if not ranked:
-                going = evaluate([g for g in pool if g not in measured]
-                                 [:self.batch])
                 continue
             best_before = measured[ranked[0]].time
             going = evaluate(self._generation(ranked, measured, weights,
@@ -461,16 +502,56 @@ class EvolutionarySearch:
                            if measured[g].ok and g not in hidden)
             stall = 0 if best_now < best_before else stall + 1
         stopped_by = "budget" if len(order) >= budget else "time"
-        return SearchResult(order, time.perf_counter() - start, stopped_by)
+        return SearchResult(order, time.perf_counter() - start, stopped_by,
+                            refine_started)
 
-    def _refine(self, sweep, everything, measured, weights, chunk):
-        """Configs to measure while refining: the untried one-parameter
-        neighbours of the best (model order, a few at a time, so that a
-        better one found is swept in turn); once the best is a local
-        optimum, those of the next basin's leader."""
-        if sweep:
-            return self._rank(weights, sweep)[:chunk]
-        for leader in self._leaders(everything)[1:]:
+    def _refine_targets(self, ranked, everything, seed_set):
+        """What refinement sweeps, in order: the best config the search
+        found itself (not a seed), then the best seed if it is faster
+        still (it won by being measured faster)."""
+        own = next((g for g in ranked if g not in seed_set), ranked[0])
+        targets = [own]
+        if everything[0] != own:
+            targets.append(everything[0])
+        return targets
+
+    def _reserve(self, targets, measured, budget):
+        """Evaluations held back for refining: an unmeasured sweep of each
+        target, a share of a sweep more for better configs the sweep
+        finds, and the joint moves; but never more than refine_share of
+        the budget, so the evolutionary phase keeps its part of any budget
+        (a neighbourhood of 45 configs would otherwise take nearly all of
+        a budget of 100, leaving coordinate descent from an early best)."""
+        reserve = 0
+        for target in targets:
+            neighbours = self._neighbours(target, full=True)
+            reserve = max(reserve, sum(
+                g not in measured for g in neighbours) + math.ceil(
+                    self.refine_margin * len(neighbours))
+                + self.refine_pair_moves)
+        return min(reserve, math.ceil(self.refine_share * budget))
+
+    def _refine(self, targets, ranked, measured, weights, chunk, pair_tried):
+        """Configs to measure while refining: for each target in turn, its
+        untried one-parameter neighbours (model order, a few at a time, so
+        that a better one found is swept in turn), then the model's best
+        joint moves of two parameters from it; once every target is done,
+        the untried neighbours of the next basin's leader."""
+        for target in targets:
+            sweep = [g for g in self._neighbours(target, full=True)
+                     if g not in measured]
+            if sweep:
+                return self._rank(weights, sweep)[:chunk]
+            left = self.refine_pair_moves - pair_tried.get(target, 0)
+            if left > 0:
+                moves = [g for g in self._joint_moves(target, weights)
+                         if g not in measured]
+                chosen = moves[:min(chunk, left)]
+                pair_tried[target] = pair_tried.get(target, 0) + (
+                    len(chosen) if chosen else left)
+                if chosen:
+                    return chosen
+        for leader in self._leaders(ranked)[1:]:
             near = [g for g in self._neighbours(leader) if g not in measured]
             if near:
                 return self._rank(weights, near)[:chunk]
