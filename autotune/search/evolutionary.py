@@ -22,11 +22,18 @@ improved for a few generations, the model's best moves of two ordinal
 parameters at once from it are tried too (sizes that trade off against
 each other form ridges a one-parameter step cannot follow).
 
-The end of the budget is held back: the best config gets a sweep of every
-value of every parameter, and so does any better config the sweep finds,
-so what is returned is a local optimum unless the budget is too small for
-even one sweep. Seeds (neighbour shapes, other devices) are measured first
-but take no part in selection or in the model for half the budget.
+The end of the budget is held back: the best config the search found
+itself gets a sweep of every value of every parameter, and so does any
+better config the sweep finds, then the model's best joint moves of two
+parameters (those of the most interacting pairs first: a basin whose
+bottom is one such move from a faster one is left that way), so what is
+returned is a local optimum unless the budget is too small for a sweep.
+The reserve is sized by the neighbourhood but never more than half the
+budget, so the evolutionary phase keeps a real share of small budgets.
+Seeds (neighbour shapes, other devices) are measured first but take no
+part in selection, in the model or in refinement until the search has
+found, on its own, a config about as fast (seed_join); a seed measured
+faster than anything the search found wins and is refined last.
 
 Properties: deterministic for a seed; never measures a config twice; failed
 configs (compile error, out of resources, wrong result) are remembered, fed
@@ -313,7 +320,7 @@ class EvolutionarySearch:
                             out.append(g)
         return out
 
-    def _joint_moves(self, genome, weights, planes=2):
+    def _joint_moves(self, genome, weights, planes=3):
         """Valid configs two parameters (any types) away, in the order to
         try them: every move in the planes of the `planes` pairs of
         parameters the model finds most interacting (a basin whose bottom
@@ -327,20 +334,17 @@ class EvolutionarySearch:
         strength = {}
         offset = self.enc.main_width
         for a, b in self.enc.pairs:
-            width = len(self.enc.values[a]) * len(self.enc.values[b])
-            cells = weights[offset:offset + width]
+            na, nb = len(self.enc.values[a]), len(self.enc.values[b])
+            cells = weights[offset:offset + na * nb].reshape(na, nb)
+            offset += na * nb
             # The spread of the pair's cells: how far from additive the
             # model finds the two (a mean would favour pairs of few cells).
             strength[(a, b)] = float(cells.max() - cells.min())
-            offset += width
         strongest = sorted(strength, key=lambda p: -strength[p])[:planes]
-        first = []
-        for a, b in strongest:
-            plane = [g for g in moves if all(
+        first = self._rank(weights, [
+            g for g in moves if any(all(
                 g[d] == genome[d] for d in self.enc.varying
-                if d not in (a, b))]
-            first += self._rank(weights, [g for g in plane
-                                          if g not in first])
+                if d not in pair) for pair in strongest)])
         chosen = set(first)
         return first + self._rank(weights, [g for g in moves
                                              if g not in chosen])
