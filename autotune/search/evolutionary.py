@@ -24,11 +24,13 @@ each other form ridges a one-parameter step cannot follow).
 
 The end of the budget is held back: the best config the search found
 itself gets a sweep of every value of every parameter, and so does any
-better config the sweep finds, then the model's best joint moves of two
-parameters (those of the most interacting pairs first: a basin whose
-bottom is one such move from a faster one is left that way), so what is
-returned is a local optimum unless the budget is too small for a sweep.
-The reserve is sized by the neighbourhood but never more than half the
+better config the sweep finds, so what is returned is a local optimum
+unless the budget is too small for a sweep. What the sweeps leave of the
+reserve goes to the model's best joint moves of two parameters from the
+swept best (those of the most interacting pairs first: a basin whose
+bottom is one such move from a faster one is left that way); no budget is
+held back for them, so they never shorten the evolutionary phase. The
+reserve is sized by the neighbourhood but never more than half the
 budget, so the evolutionary phase keeps a real share of small budgets.
 Seeds (neighbour shapes, other devices) are measured first but take no
 part in selection, in the model or in refinement until the search has
@@ -203,7 +205,7 @@ class EvolutionarySearch:
                  global_pool=300, niche_reach=3.0, local_per_niche=4,
                  max_leaders=3, refine_margin=1.25, refine_share=0.5,
                  seed_join=1.03, far_leaders_as_parents=False, pair_moves=2,
-                 refine_pair_moves=None):
+                 refine_pair_moves=None, refine_joint_share=0.5):
         if budget is None or budget <= 0:
             raise SearchError(f"evaluation budget must be positive, got "
                               f"{budget!r}")
@@ -231,6 +233,7 @@ class EvolutionarySearch:
         # one is left that way.
         self.refine_pair_moves = max(4, budget // 10) \
             if refine_pair_moves is None else refine_pair_moves
+        self.refine_joint_share = refine_joint_share
         self.enc = _Encoding(space)
         self.binary_dims = [d for d, kind in enumerate(self.enc.kinds)
                             if kind == BINARY]
@@ -494,9 +497,11 @@ class EvolutionarySearch:
             if refining:
                 chosen = self._refine(targets, ranked, measured, weights,
                                       chunk, pair_tried)
-                if not chosen:  # every basin swept: search on
-                    chosen = self._generation(ranked, measured, weights,
-                                              stall)
+                if len(chosen) < chunk:
+                    # Every basin swept: search on, beside the joint moves
+                    # left.
+                    chosen += [g for g in self._generation(
+                        ranked, measured, weights, stall) if g not in chosen]
                 going = evaluate(chosen)
                 continue
             best_before = measured[ranked[0]].time
@@ -522,44 +527,56 @@ class EvolutionarySearch:
     def _reserve(self, targets, measured, budget):
         """Evaluations held back for refining: an unmeasured sweep of each
         target, a share of a sweep more for better configs the sweep
-        finds, and the joint moves; but never more than refine_share of
-        the budget, so the evolutionary phase keeps its part of any budget
-        (a neighbourhood of 45 configs would otherwise take nearly all of
-        a budget of 100, leaving coordinate descent from an early best)."""
+        finds; but never more than refine_share of the budget, so the
+        evolutionary phase keeps its part of any budget (a neighbourhood
+        of 45 configs would otherwise take nearly all of a budget of 100,
+        leaving coordinate descent from an early best). Nothing is held
+        back for joint moves: they get what the one-parameter sweeps leave
+        (an earlier start costs the evolutionary phase more than the joint
+        moves gain where no trap needs them)."""
         reserve = 0
         for target in targets:
             neighbours = self._neighbours(target, full=True)
             reserve = max(reserve, sum(
                 g not in measured for g in neighbours) + math.ceil(
-                    self.refine_margin * len(neighbours))
-                + self.refine_pair_moves)
+                    self.refine_margin * len(neighbours)))
         return min(reserve, math.ceil(self.refine_share * budget))
 
     def _refine(self, targets, ranked, measured, weights, chunk, pair_tried):
         """Configs to measure while refining: for each target in turn, its
         untried one-parameter neighbours (model order, a few at a time, so
-        that a better one found is swept in turn), then the model's best
-        joint moves of two parameters from it; once every target is done,
-        the untried neighbours of the next basin's leader."""
+        that a better one found is swept in turn); once every target is a
+        local optimum, the model's best joint moves of two parameters from
+        the targets side by side with the untried neighbours of the other
+        basins' leaders. Joint moves alone would take what is left from the
+        leaders: a poor local optimum is more often left by another basin's
+        better leader than by one joint move, a trap only by the move."""
         for target in targets:
             sweep = [g for g in self._neighbours(target, full=True)
                      if g not in measured]
             if sweep:
                 return self._rank(weights, sweep)[:chunk]
+        joint = []
+        for target in targets:
             left = self.refine_pair_moves - pair_tried.get(target, 0)
             if left > 0:
-                moves = [g for g in self._joint_moves(target, weights)
-                         if g not in measured]
-                chosen = moves[:min(chunk, left)]
-                pair_tried[target] = pair_tried.get(target, 0) + (
-                    len(chosen) if chosen else left)
-                if chosen:
-                    return chosen
+                joint = [g for g in self._joint_moves(target, weights)
+                         if g not in measured][:left]
+                if joint:
+                    break
+                pair_tried[target] = self.refine_pair_moves
+        near = []
         for leader in self._leaders(ranked)[1:]:
             near = [g for g in self._neighbours(leader) if g not in measured]
             if near:
-                return self._rank(weights, near)[:chunk]
-        return []
+                near = self._rank(weights, near)
+                break
+        n_joint = min(len(joint), math.ceil(chunk * self.refine_joint_share))
+        chosen = joint[:n_joint]
+        chosen += [g for g in near if g not in chosen][:chunk - len(chosen)]
+        if chosen and joint:
+            pair_tried[target] = pair_tried.get(target, 0) + n_joint
+        return chosen
 
     def _generation(self, ranked, measured, weights, stall):
         elite = ranked[:max(2, self.population // 2)]
