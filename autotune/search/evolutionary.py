@@ -205,7 +205,7 @@ class EvolutionarySearch:
                  global_pool=300, niche_reach=3.0, local_per_niche=4,
                  max_leaders=3, refine_margin=1.25, refine_share=0.5,
                  seed_join=1.03, far_leaders_as_parents=False, pair_moves=2,
-                 refine_pair_moves=None, refine_joint_share=0.5):
+                 refine_pair_moves=None, refine_joint_share=0.3):
         if budget is None or budget <= 0:
             raise SearchError(f"evaluation budget must be positive, got "
                               f"{budget!r}")
@@ -497,11 +497,9 @@ class EvolutionarySearch:
             if refining:
                 chosen = self._refine(targets, ranked, measured, weights,
                                       chunk, pair_tried)
-                if len(chosen) < chunk:
-                    # Every basin swept: search on, beside the joint moves
-                    # left.
-                    chosen += [g for g in self._generation(
-                        ranked, measured, weights, stall) if g not in chosen]
+                if not chosen:  # every basin swept: search on
+                    chosen = self._generation(ranked, measured, weights,
+                                              stall)
                 going = evaluate(chosen)
                 continue
             best_before = measured[ranked[0]].time
@@ -571,7 +569,8 @@ class EvolutionarySearch:
             if near:
                 near = self._rank(weights, near)
                 break
-        n_joint = min(len(joint), math.ceil(chunk * self.refine_joint_share))
+        n_joint = min(len(joint), max(chunk - len(near),
+                                      math.ceil(chunk * self.refine_joint_share)))
         chosen = joint[:n_joint]
         chosen += [g for g in near if g not in chosen][:chunk - len(chosen)]
         if chosen and joint:
