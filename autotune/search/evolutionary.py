@@ -233,6 +233,8 @@ class EvolutionarySearch:
         # one is left that way.
         self.refine_pair_moves = max(4, budget // 10) \
             if refine_pair_moves is None else refine_pair_moves
+        # Their share of each refinement step once the sweeps are done (the
+        # rest: the other leaders' neighbours, while any are left).
         self.refine_joint_share = refine_joint_share
         self.enc = _Encoding(space)
         self.binary_dims = [d for d, kind in enumerate(self.enc.kinds)
@@ -569,8 +571,8 @@ class EvolutionarySearch:
             if near:
                 near = self._rank(weights, near)
                 break
-        n_joint = min(len(joint), max(chunk - len(near),
-                                      math.ceil(chunk * self.refine_joint_share)))
+        share = math.ceil(chunk * self.refine_joint_share)
+        n_joint = min(len(joint), max(chunk - len(near), share))
         chosen = joint[:n_joint]
         chosen += [g for g in near if g not in chosen][:chunk - len(chosen)]
         if chosen and joint:
