@@ -492,8 +492,13 @@ class EvolutionarySearch:
             weights = self._fit(visible)
             targets = self._refine_targets(ranked, by_time(measured),
                                            seed_set)
-            if not refining and budget - len(order) <= self._reserve(
-                    targets, measured, budget):
+            # A generation may measure only what the reserve leaves: one
+            # generation (the model's picks plus every leader's neighbours)
+            # can be half of a small budget, and would otherwise run into
+            # the reserve and leave no sweep.
+            room = budget - len(order) - self._reserve(targets, measured,
+                                                       budget)
+            if not refining and room <= 0:
                 refining = True
                 refine_started = len(order)
             if refining:
@@ -506,7 +511,7 @@ class EvolutionarySearch:
                 continue
             best_before = measured[ranked[0]].time
             going = evaluate(self._generation(ranked, measured, weights,
-                                              stall))
+                                              stall)[:room])
             best_now = min(measured[g].time for g in measured
                            if measured[g].ok and g not in hidden)
             stall = 0 if best_now < best_before else stall + 1
