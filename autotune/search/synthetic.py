@@ -18,11 +18,42 @@ failure strings.
   steepest descents each; the second bowl's bottom is two parameters away
   from the optimum, and changing either of them alone is 1.2-1.3x slower
   (only a move of both at once leaves it).
+- triton_matmul: a Triton matmul space (BLOCK_M/N/K powers of two, warps,
+  stages, GROUP_M; 9,600 configs) timed by a model of waves over the
+  streaming multiprocessors, accumulators a thread, operand traffic and
+  latency hidden by stages. Tiles and stages beyond the device's shared
+  memory fail to compile, too many accumulators a thread fail to run
+  (about a fifth of the space); the optimum sits next to the shared-memory
+  edge; a dozen local optima, the three fastest within 1 % of each other,
+  split the descents.
+  Tests failures near the optimum and wave-quantized ruggedness.
+- heavy_tailed: an AMD-like space (BLOCK_M/N/K, warps, waves_per_eu,
+  matrix_instr_nonkdim, kpack; 8,000 configs, LDS overflow failing) whose
+  times multiply per parameter off a centre, so the median config is
+  3.5-4x the optimum and almost nothing is within 10 % of it; a narrow,
+  steep bowl holds the optimum and about a fifth of the descents, a broad
+  one 1.3x slower the rest. Tests finding a narrow region when random
+  samples are very poor.
+- plateau_ties: a bandwidth-bound kernel (block, items, unroll, vector,
+  cache_hint; 2,880 configs): most configs lie on a plateau within 1-2.5 %
+  of the optimum, where 1 % noise makes dozens of local optima; a small
+  region (a few configs) of one cache hint, full vectors and one items
+  count is 2 % faster. Tests not settling for a near-tie.
+- algorithm_switch: a reduction with a categorical algorithm (atomic,
+  two_pass, tree, persistent) and sizes whose best values differ per
+  algorithm (4,800 configs, each algorithm's own failures); another
+  device's fastest algorithm is a second basin here, left only by changing
+  the algorithm and its sizes together. Tests seeds whose categorical
+  switch is wrong for the target.
 
 TRANSFERS builds pairs (source, target) of tables of one space for
 seeding from another device: the source's fastest basin is a poor basin of
 the target (its best configs beat random ones there, but the target's
-optimum lies elsewhere).
+optimum lies elsewhere). The other device of triton_matmul has fewer
+multiprocessors and less shared memory (its best tiles are larger and
+shallower); of heavy_tailed, the broad bowl is its faster one; of
+plateau_ties, the small region is not faster there, so its best is a
+plateau config; of algorithm_switch, two_pass is its fastest algorithm.
 """
 import gzip
 import itertools
