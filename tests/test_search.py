@@ -564,8 +564,9 @@ def test_joint_move_trap_is_left_by_refinement(tmp_path):
 
 def test_seeds_from_the_trap_do_not_decide(tmp_path):
     """Seeds from a device whose fastest basin is the target's trap beat
-    the random configs there: they stay out of the search until it has
-    found as fast a config itself, so seeded does as well as unseeded."""
+    the random configs there: they take no part in the search, so the
+    seeded runs leave the trap about as often as the unseeded ones (with
+    the seeds steering the search from the start, most runs stay in it)."""
     from autotune.search import synthetic
     source_table, target_table = synthetic.TRANSFERS["joint_move_trap"](0)
     source = simulate.TimingTable(synthetic.write(
@@ -573,10 +574,15 @@ def test_seeds_from_the_trap_do_not_decide(tmp_path):
     target = simulate.TimingTable(synthetic.write(
         tmp_path / "target.json.gz", target_table))
     seeds = reuse.diverse_top(source.ranked(), 6, ["swizzle", "vector"])
-    seeded = [search_on(target, 50, s, seeds=seeds).best.time
-              for s in range(8)]
-    unseeded = [search_on(target, 50, s).best.time for s in range(8)]
-    assert sum(seeded) <= sum(unseeded) + 0.02, (seeded, unseeded)
+    trap_bottom = min(target(c) for c in seeds)
+    assert trap_bottom > 1.05 * target.optimum()
+
+    def left_the_trap(**options):
+        return sum(search_on(target, 100, s, **options).best.time
+                   < trap_bottom for s in range(10))
+    unseeded = left_the_trap()
+    assert unseeded >= 5, unseeded
+    assert left_the_trap(seeds=seeds) >= unseeded - 1
 
 
 def test_a_seed_wins_when_measured_fastest(tmp_path):

@@ -32,10 +32,10 @@ bottom is one such move from a faster one is left that way); no budget is
 held back for them, so they never shorten the evolutionary phase. The
 reserve is sized by the neighbourhood but never more than half the
 budget, so the evolutionary phase keeps a real share of small budgets.
-Seeds (neighbour shapes, other devices) are measured first but take no
-part in selection, in the model or in refinement until the search has
-found, on its own, a config about as fast (seed_join); a seed measured
-faster than anything the search found wins and is refined last.
+Seeds (neighbour shapes, other devices, the incumbent) are measured
+first but take no part in selection, in the model or in the generations;
+a seed measured faster than anything the search found wins, and is swept
+once the search's own best is a local optimum.
 
 Properties: deterministic for a seed; never measures a config twice; failed
 configs (compile error, out of resources, wrong result) are remembered, fed
@@ -204,7 +204,7 @@ class EvolutionarySearch:
                  seeds=(), population=16, batch=6, explore=0.25,
                  global_pool=300, niche_reach=3.0, local_per_niche=4,
                  max_leaders=3, refine_margin=1.25, refine_share=0.5,
-                 seed_join=1.03, far_leaders_as_parents=False, pair_moves=2,
+                 far_leaders_as_parents=False, pair_moves=2,
                  refine_pair_moves=None, refine_joint_share=0.3):
         if budget is None or budget <= 0:
             raise SearchError(f"evaluation budget must be positive, got "
@@ -225,7 +225,6 @@ class EvolutionarySearch:
         self.max_leaders = max_leaders
         self.refine_margin = refine_margin
         self.refine_share = refine_share
-        self.seed_join = seed_join
         self.far_leaders_as_parents = far_leaders_as_parents
         self.pair_moves = pair_moves
         # Joint moves of two parameters tried from each best while refining
@@ -462,27 +461,23 @@ class EvolutionarySearch:
         self.rng.shuffle(pool)
         pool = [g for g in pool if g not in seed_set]
         going = evaluate(seeds + pool[:self.population])
-        # Seeds (another device's or shape's favourites) take no part in
-        # selection, in the model or in what is refined until the search
-        # has found, on its own, a config about as fast (seed_join): until
-        # then it runs as it would unseeded, so a seed that beats random
-        # configs but sits in a poor basin here cannot pull it there. A
-        # seed still wins when it is measured faster than anything the
-        # search found itself.
-        hidden = set(seeds)
+        # Seeds (another device's or shape's favourites, the incumbent) take
+        # no part in selection, in the model or in the generations: the
+        # search runs as it would unseeded, so a seed that beats random
+        # configs but sits in a poor basin here cannot pull it there
+        # (letting seeds join once the search had found a config about as
+        # fast did: the search then settled in the seed's basin). A seed
+        # wins only by being measured faster than anything the search
+        # found itself; it is swept once the search's own best is a local
+        # optimum (_refine_targets), and what that sweep finds faster is
+        # refined in turn.
+        hidden = seed_set
         refining = False
         refine_started = None
         pair_tried = {}
         stall = 0
         chunk = max(1, self.batch // 2)
         while going:
-            own_times = [m.time for g, m in measured.items()
-                         if m.ok and g not in seed_set]
-            if hidden and own_times:
-                own_best = min(own_times)
-                hidden = {g for g in hidden if not (
-                    measured[g].ok
-                    and own_best <= self.seed_join * measured[g].time)}
             visible = {g: m for g, m in measured.items() if g not in hidden}
             ranked = by_time(visible)
             if not ranked:
