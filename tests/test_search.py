@@ -540,12 +540,12 @@ def test_model_learns_an_interaction_of_two_parameters():
 def test_refinement_reserve_is_bounded_by_the_budget(tmp_path):
     """A neighbourhood of 27 configs would hold back most of a budget of
     100 (an unmeasured sweep, a share of a sweep more, the joint moves):
-    the evolutionary phase keeps at least half of it."""
+    the evolutionary phase keeps at least 40 % of it."""
     table = synthetic_landscape(tmp_path, "joint_move_trap")
     for seed in range(3):
         result = search_on(table, 100, seed)
         assert result.refine_started is not None
-        assert 50 <= result.refine_started < 100, result.refine_started
+        assert 40 <= result.refine_started < 100, result.refine_started
 
 
 @pytest.mark.slow

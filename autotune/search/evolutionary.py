@@ -30,8 +30,10 @@ reserve goes to the model's best joint moves of two parameters from the
 swept best (those of the most interacting pairs first: a basin whose
 bottom is one such move from a faster one is left that way); no budget is
 held back for them, so they never shorten the evolutionary phase. The
-reserve is sized by the neighbourhood but never more than half the
-budget, so the evolutionary phase keeps a real share of small budgets.
+reserve is sized by the neighbourhood but never more than 60 % of the
+budget, so the evolutionary phase keeps a real share of small budgets
+(at 50 evaluations, a few of the model's picks after the random first
+generation: more would cost the descent that heavy-tailed tables need).
 Seeds (neighbour shapes, other devices, the incumbent) are measured
 first but take no part in selection, in the model or in the generations;
 a seed measured faster than anything the search found wins, and is swept
@@ -203,7 +205,7 @@ class EvolutionarySearch:
     def __init__(self, space, budget=100, time_budget_s=None, seed=0,
                  seeds=(), population=16, batch=6, explore=0.25,
                  global_pool=300, niche_reach=3.0, local_per_niche=4,
-                 max_leaders=3, refine_margin=1.25, refine_share=0.5,
+                 max_leaders=3, refine_margin=1.25, refine_share=0.6,
                  far_leaders_as_parents=False, pair_moves=2,
                  refine_pair_moves=None, refine_joint_share=0.3):
         if budget is None or budget <= 0:
