@@ -36,8 +36,9 @@ budget, so the evolutionary phase keeps a real share of small budgets
 generation: more would cost the descent that heavy-tailed tables need).
 Seeds (neighbour shapes, other devices, the incumbent) are measured
 first but take no part in selection, in the model or in the generations;
-a seed measured faster than anything the search found wins, and is swept
-once the search's own best is a local optimum.
+a seed measured faster than anything the search found is refined beside
+the search's own best (which keeps most of each refinement step), and the
+faster end wins.
 
 Properties: deterministic for a seed; never measures a config twice; failed
 configs (compile error, out of resources, wrong result) are remembered, fed
@@ -470,9 +471,8 @@ class EvolutionarySearch:
         # (letting seeds join once the search had found a config about as
         # fast did: the search then settled in the seed's basin). A seed
         # wins only by being measured faster than anything the search
-        # found itself; it is swept once the search's own best is a local
-        # optimum (_refine_targets), and what that sweep finds faster is
-        # refined in turn.
+        # found itself; then it is refined beside the search's own best
+        # (_refine_targets, _refine), and the faster end wins.
         hidden = seed_set
         refining = False
         refine_started = None
@@ -517,9 +517,9 @@ class EvolutionarySearch:
                             refine_started)
 
     def _refine_targets(self, ranked, everything, seed_set):
-        """What refinement sweeps, in order: the best config the search
-        found itself (not a seed), then the best seed if it is faster
-        still (it won by being measured faster)."""
+        """What refinement descends from: the best config the search found
+        itself (not a seed), and the best seed if it is faster still (it
+        won by being measured faster)."""
         own = next((g for g in ranked if g not in seed_set), ranked[0])
         targets = [own]
         if everything[0] != own:
@@ -545,19 +545,24 @@ class EvolutionarySearch:
         return min(reserve, math.ceil(self.refine_share * budget))
 
     def _refine(self, targets, ranked, measured, weights, chunk, pair_tried):
-        """Configs to measure while refining: for each target in turn, its
-        untried one-parameter neighbours (model order, a few at a time, so
-        that a better one found is swept in turn); once every target is a
-        local optimum, the model's best joint moves of two parameters from
-        the targets side by side with the untried neighbours of the other
+        """Configs to measure while refining: the targets' untried
+        one-parameter neighbours (model order, a few at a time, so that a
+        better one found is swept in turn; the search's own best takes two
+        of three places while a faster seed is swept too); once every
+        target is a local optimum, the model's best joint moves of two
+        parameters from the targets side by side with the untried neighbours of the other
         basins' leaders. Joint moves alone would take what is left from the
         leaders: a poor local optimum is more often left by another basin's
         better leader than by one joint move, a trap only by the move."""
-        for target in targets:
-            sweep = [g for g in self._neighbours(target, full=True)
-                     if g not in measured]
-            if sweep:
-                return self._rank(weights, sweep)[:chunk]
+        sweeps = [self._rank(weights, [
+            g for g in self._neighbours(target, full=True)
+            if g not in measured]) for target in targets]
+        if any(sweeps):
+            # The search's own best takes most of each step, a faster seed
+            # the rest: each is descended from, and the faster end wins.
+            own = sweeps[0][:chunk - (len(sweeps) > 1 and bool(sweeps[-1]))]
+            return own + [g for g in sweeps[-1] if g not in own][
+                :chunk - len(own)]
         joint = []
         for target in targets:
             left = self.refine_pair_moves - pair_tried.get(target, 0)
