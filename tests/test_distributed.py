@@ -115,3 +115,21 @@ def test_ranks_with_different_caches_stop_instead_of_hanging(tmp_path):
         assert "not tuning the same fusion" in error, results[r]
         assert "rank 0: the start of axpb_kernel [n=72" in error, error
         assert "rank 1: the start of axpb_kernel [n=40" in error, error
+
+
+@pytest.mark.slow
+def test_a_time_budget_ends_the_search_at_the_same_point_on_every_rank(
+        tmp_path):
+    """time_budget_s counts the seconds the ranks agree on at each
+    exchange: rank 1's slower generations would otherwise make it stop
+    while rank 0 asks for more (or the other way round), and the job end
+    in the timeout's error."""
+    results = run_job(tmp_path, 2, mode="timebudget", timeout_s=20.0)
+    for r in (0, 1):
+        assert "error" not in results[r], results[r]
+        assert "died" not in results[r], results[r]
+    assert results[0]["winners"] == results[1]["winners"]
+    # The budget, not the evaluation count, ended it: fewer than the
+    # space's 72 configs were measured in all.
+    total = results[0]["benchmarks"] + results[1]["benchmarks"]
+    assert total < 2 * 72, total

@@ -2,6 +2,7 @@ import functools
 import gzip
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -334,15 +335,20 @@ def test_shape_distance_prefers_nearby_sizes():
     assert reuse.shape_distance("M=64;d", "M=64,N=1;d") == float("inf")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(HUB), reason="benchmark_hub data "
                     "not present")
 def test_search_on_recorded_a100_table():
     tables = simulate.load_benchmark_hub(HUB)
     table = tables["A100"]
     assert len(table.space) == 4362
-    result = ev.EvolutionarySearch(table.space, budget=200, seed=0).run(
-        measure_with(table))
-    assert result.best.time / table.optimum() <= 1.05
+    # A run can end in the second basin (1.07x, one joint move from
+    # nothing better): the figure of a search is its runs', not one run's.
+    ratios = [ev.EvolutionarySearch(table.space, budget=200, seed=seed).run(
+        measure_with(table)).best.time / table.optimum()
+        for seed in range(5)]
+    assert statistics.median(ratios) == 1.0, ratios
+    assert statistics.mean(ratios) <= 1.05, ratios
 
 
 # -- parallel workers (real processes) ------------------------------------
@@ -529,3 +535,58 @@ def test_model_learns_an_interaction_of_two_parameters():
     ranked = search._rank(weights, held_out)
     assert sorted(time_of(g) for g in ranked[:6]) == [1.0] * 6
     assert [time_of(g) for g in ranked[6:]] == [2.0] * 3
+
+
+def test_refinement_reserve_is_bounded_by_the_budget(tmp_path):
+    """A neighbourhood of 27 configs would hold back most of a budget of
+    100 (an unmeasured sweep, a share of a sweep more, the joint moves):
+    the evolutionary phase keeps at least 40 % of it."""
+    table = synthetic_landscape(tmp_path, "joint_move_trap")
+    for seed in range(3):
+        result = search_on(table, 100, seed)
+        assert result.refine_started is not None
+        assert 40 <= result.refine_started < 100, result.refine_started
+
+
+@pytest.mark.slow
+def test_joint_move_trap_is_left_by_refinement(tmp_path):
+    """About half the steepest descents end in a basin whose bottom is two
+    sizes away from the optimum, each size changed alone 1.2-1.3x slower:
+    the joint moves tried while refining leave it."""
+    table = synthetic_landscape(tmp_path, "joint_move_trap")
+    land = table.landscape()
+    assert len(land.optima) == 2 and 0.4 <= land.optima[1][1] / \
+        land.measured <= 0.6
+    found = sum(search_on(table, 200, seed).best.time == table.optimum()
+                for seed in range(20))
+    assert found >= 18, found
+
+
+def test_seeds_from_the_trap_do_not_decide(tmp_path):
+    """Seeds from a device whose fastest basin is the target's trap beat
+    the random configs there: they take no part in the search, so the
+    seeded runs leave the trap about as often as the unseeded ones (with
+    the seeds steering the search from the start, most runs stay in it)."""
+    from autotune.search import synthetic
+    source_table, target_table = synthetic.TRANSFERS["joint_move_trap"](0)
+    source = simulate.TimingTable(synthetic.write(
+        tmp_path / "source.json.gz", source_table))
+    target = simulate.TimingTable(synthetic.write(
+        tmp_path / "target.json.gz", target_table))
+    seeds = reuse.diverse_top(source.ranked(), 6, ["swizzle", "vector"])
+    trap_bottom = min(target(c) for c in seeds)
+    assert trap_bottom > 1.05 * target.optimum()
+
+    def left_the_trap(**options):
+        return sum(search_on(target, 100, s, **options).best.time
+                   < trap_bottom for s in range(10))
+    unseeded = left_the_trap()
+    assert unseeded >= 5, unseeded
+    assert left_the_trap(seeds=seeds) >= unseeded - 1
+
+
+def test_a_seed_wins_when_measured_fastest(tmp_path):
+    table = synthetic_landscape(tmp_path, "joint_move_trap")
+    optimum = table.ranked()[0]
+    result = search_on(table, 30, 0, seeds=[optimum])
+    assert result.best.config == optimum

@@ -796,7 +796,8 @@ class Autotuner(TritonAutotuner):
         result = tuning.tune_with_search(
             evaluator, self.space, budget=budget, seed=self.seed,
             seeds=first, pool=pool, time_budget_s=self.time_budget_s,
-            progress=progress)
+            progress=progress, clock=pool.agreed_seconds
+            if isinstance(pool, distributed.SharedEvaluator) else None)
         return tuner.reselect(evaluator, result, incumbent), progress
 
     def _entry_of(self, sess, key, named, result):

@@ -238,9 +238,27 @@ class SharedEvaluator:
         self.inner = evaluator
         self.what = what
         self.answers = {}
+        self._started = time.monotonic()
+        self._agreed_seconds = 0.0
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+    def agreed_seconds(self):
+        """Seconds since this miss began, as of the last exchange: the
+        slowest rank's count, the same on every rank, so a time budget
+        ends the search after the same measurement everywhere (each
+        rank's own clock would not: one could stop while another asks
+        for more)."""
+        return self._agreed_seconds
+
+    def _exchange(self, kind, value):
+        """Every rank's value, by rank, with the ranks' seconds since
+        the miss began."""
+        views = self.job.exchange(kind, self.what, (
+            value, time.monotonic() - self._started))
+        self._agreed_seconds = max(seconds for _, seconds in views)
+        return [v for v, _ in views]
 
     def _guarded(self, config):
         try:
@@ -267,8 +285,8 @@ class SharedEvaluator:
         # measurement is the one kept.
         while todo and self.inner.expected is None:
             config = todo.pop(0)
-            results = self.job.exchange("the reference run", self.what,
-                                        self._guarded(config))
+            results = self._exchange("the reference run",
+                                     self._guarded(config))
             self._check(results, "the reference run")
             oks = {r: d[0].ok for r, (_, d) in enumerate(results)}
             if len(set(oks.values())) > 1:
@@ -285,9 +303,8 @@ class SharedEvaluator:
         status = ("error", next(d for s, d in mine if s == "error")) \
             if any(s == "error" for s, _ in mine) else \
             ("ok", [d for _, d in mine])
-        results = self.job.exchange(
-            f"measuring {len(todo)} candidates ({_digest(todo)})", self.what,
-            status)
+        results = self._exchange(
+            f"measuring {len(todo)} candidates ({_digest(todo)})", status)
         self._check(results, "its share of the candidates")
         for r, (_, answers) in enumerate(results):
             for config, answer in zip(todo[r::world], answers):
@@ -310,8 +327,7 @@ class SharedEvaluator:
             status = ("ok", self.inner.retime(config).median_us)
         except Exception as e:
             status = ("error", f"{type(e).__name__}: {e}"[:300])
-        results = self.job.exchange(f"retiming {config.short()}", self.what,
-                                    status)
+        results = self._exchange(f"retiming {config.short()}", status)
         failed = [r for r, (s, _) in enumerate(results) if s == "error"]
         if failed:
             # Raised on every rank alike: the duel counts it as a loss.

@@ -6,16 +6,17 @@ from autotune.search.evolutionary import EvolutionarySearch, Measurement
 
 
 def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),
-                     time_budget_s=None, pool=None, progress=None):
+                     time_budget_s=None, pool=None, progress=None,
+                     clock=None):
     """Tunes one fusion with the evolutionary search; the evaluator is the
     tuner's CandidateEvaluator, and a parallel.CandidatePool, when given,
     measures each batch in its workers; progress.measured(candidate,
-    timing), when given, hears of every measurement. Returns a
-    tuner.TuneResult."""
+    timing), when given, hears of every measurement; clock, when given,
+    counts the seconds of time_budget_s. Returns a tuner.TuneResult."""
     if budget is None:
         budget = max(16, min(len(space), 64))
     search = EvolutionarySearch(space, budget=budget, seed=seed, seeds=seeds,
-                                time_budget_s=time_budget_s)
+                                time_budget_s=time_budget_s, clock=clock)
 
     def heard(answer):
         if progress is not None:

@@ -22,11 +22,23 @@ improved for a few generations, the model's best moves of two ordinal
 parameters at once from it are tried too (sizes that trade off against
 each other form ridges a one-parameter step cannot follow).
 
-The end of the budget is held back: the best config gets a sweep of every
-value of every parameter, and so does any better config the sweep finds,
-so what is returned is a local optimum unless the budget is too small for
-even one sweep. Seeds (neighbour shapes, other devices) are measured first
-but take no part in selection or in the model for half the budget.
+The end of the budget is held back: the best config the search found
+itself gets a sweep of every value of every parameter, and so does any
+better config the sweep finds, so what is returned is a local optimum
+unless the budget is too small for a sweep. What the sweeps leave of the
+reserve goes to the model's best joint moves of two parameters from the
+swept best (those of the most interacting pairs first: a basin whose
+bottom is one such move from a faster one is left that way); no budget is
+held back for them, so they never shorten the evolutionary phase. The
+reserve is sized by the neighbourhood but never more than 60 % of the
+budget, so the evolutionary phase keeps a real share of small budgets
+(at 50 evaluations, a few of the model's picks after the random first
+generation: more would cost the descent that heavy-tailed tables need).
+Seeds (neighbour shapes, other devices, the incumbent) are measured
+first but take no part in selection, in the model or in the generations;
+a seed measured faster than anything the search found is refined beside
+the search's own best (which keeps most of each refinement step), and the
+faster end wins.
 
 Properties: deterministic for a seed; never measures a config twice; failed
 configs (compile error, out of resources, wrong result) are remembered, fed
@@ -68,10 +80,14 @@ class Measurement:
 
 
 class SearchResult:
-    def __init__(self, measurements, seconds, stopped_by):
+    def __init__(self, measurements, seconds, stopped_by,
+                 refine_started=None):
         self.measurements = measurements
         self.seconds = seconds
         self.stopped_by = stopped_by
+        # How many evaluations had been made when the held-back refinement
+        # began (None: it never did).
+        self.refine_started = refine_started
         ok = [m for m in measurements if m.ok]
         self.best = min(ok, key=lambda m: (m.time, m.config.sort_key)) \
             if ok else None
@@ -190,8 +206,10 @@ class EvolutionarySearch:
     def __init__(self, space, budget=100, time_budget_s=None, seed=0,
                  seeds=(), population=16, batch=6, explore=0.25,
                  global_pool=300, niche_reach=3.0, local_per_niche=4,
-                 max_leaders=3, refine_margin=1.25, seed_share=0.5,
-                 far_leaders_as_parents=False, pair_moves=2):
+                 max_leaders=3, refine_margin=1.25, refine_share=0.6,
+                 far_leaders_as_parents=False, pair_moves=2,
+                 refine_pair_moves=None, refine_joint_share=0.3,
+                 clock=None):
         if budget is None or budget <= 0:
             raise SearchError(f"evaluation budget must be positive, got "
                               f"{budget!r}")
@@ -201,6 +219,9 @@ class EvolutionarySearch:
         self.space = space
         self.budget = budget
         self.time_budget_s = time_budget_s
+        # Seconds for time_budget_s: ranks of one job pass a clock they
+        # agree on, so that all stop after the same measurement.
+        self.clock = clock or time.perf_counter
         self.rng = random.Random(seed)
         self.population = population
         self.batch = batch
@@ -210,9 +231,17 @@ class EvolutionarySearch:
         self.local_per_niche = local_per_niche
         self.max_leaders = max_leaders
         self.refine_margin = refine_margin
-        self.seed_share = seed_share
+        self.refine_share = refine_share
         self.far_leaders_as_parents = far_leaders_as_parents
         self.pair_moves = pair_moves
+        # Joint moves of two parameters tried from each best while refining
+        # (model order): a basin whose bottom is one such move from a faster
+        # one is left that way.
+        self.refine_pair_moves = max(4, budget // 10) \
+            if refine_pair_moves is None else refine_pair_moves
+        # Their share of each refinement step once the sweeps are done (the
+        # rest: the other leaders' neighbours, while any are left).
+        self.refine_joint_share = refine_joint_share
         self.enc = _Encoding(space)
         self.binary_dims = [d for d, kind in enumerate(self.enc.kinds)
                             if kind == BINARY]
@@ -279,12 +308,14 @@ class EvolutionarySearch:
                         out.append(g)
         return out
 
-    def _pair_moves(self, genome):
-        """Valid configs two ordinal parameters away (any values of both).
-        Sizes often trade off against each other (a ridge such as a fixed
-        block size in threads), where a one-parameter sweep is stuck."""
+    def _pair_moves(self, genome, every_kind=False):
+        """Valid configs two ordinal parameters away (any values of both;
+        with every_kind, two parameters of any type). Sizes often trade off
+        against each other (a ridge such as a fixed block size in threads),
+        where a one-parameter sweep is stuck."""
         out = []
-        dims = [d for d in self.enc.varying if self.enc.kinds[d] == ORDINAL]
+        dims = [d for d in self.enc.varying
+                if every_kind or self.enc.kinds[d] == ORDINAL]
         for i, a in enumerate(dims):
             for b in dims[i + 1:]:
                 for x in range(len(self.enc.values[a])):
@@ -299,6 +330,35 @@ class EvolutionarySearch:
                         if g in self.valid:
                             out.append(g)
         return out
+
+    def _joint_moves(self, genome, weights, planes=3):
+        """Valid configs two parameters (any types) away, in the order to
+        try them: every move in the planes of the `planes` pairs of
+        parameters the model finds most interacting (a basin whose bottom
+        is one joint move from a faster one is made by such a pair: each
+        size alone worse, both together better), in model order, then the
+        rest in model order. The model alone ranks joint moves poorly: it
+        is fitted mostly on the basin being refined."""
+        moves = self._pair_moves(genome, every_kind=True)
+        if weights is None:
+            return moves
+        strength = {}
+        offset = self.enc.main_width
+        for a, b in self.enc.pairs:
+            na, nb = len(self.enc.values[a]), len(self.enc.values[b])
+            cells = weights[offset:offset + na * nb].reshape(na, nb)
+            offset += na * nb
+            # The spread of the pair's cells: how far from additive the
+            # model finds the two (a mean would favour pairs of few cells).
+            strength[(a, b)] = float(cells.max() - cells.min())
+        strongest = sorted(strength, key=lambda p: -strength[p])[:planes]
+        first = self._rank(weights, [
+            g for g in moves if any(all(
+                g[d] == genome[d] for d in self.enc.varying
+                if d not in pair) for pair in strongest)])
+        chosen = set(first)
+        return first + self._rank(weights, [g for g in moves
+                                             if g not in chosen])
 
     def _leaders(self, ranked, binary_only=False):
         """The best config of each basin, fastest first: the best of every
@@ -366,13 +426,14 @@ class EvolutionarySearch:
         if measure is None and measure_many is None:
             raise SearchError("run() needs measure or measure_many")
         start = time.perf_counter()
+        clock_start = self.clock()
         measured = {}
         order = []
         budget = min(self.budget, len(self.valid))
 
         def out_of_time():
             return (self.time_budget_s is not None
-                    and time.perf_counter() - start >= self.time_budget_s)
+                    and self.clock() - clock_start >= self.time_budget_s)
 
         def evaluate(genomes):
             todo = []
@@ -401,80 +462,134 @@ class EvolutionarySearch:
                           key=lambda g: (measured[g].time, g))
 
         seeds = list(self.seeds)
+        seed_set = set(seeds)
         # The same random order with or without seeds: a seeded search
         # explores as the unseeded one would.
         pool = list(self.valid_list)
         self.rng.shuffle(pool)
-        pool = [g for g in pool if g not in set(seeds)]
+        pool = [g for g in pool if g not in seed_set]
         going = evaluate(seeds + pool[:self.population])
-        # Seeds take no part in selection or in the model until part of the
-        # budget is spent: until then the search runs as it would unseeded,
-        # so a seed from a basin that is poor here cannot pull it away from
-        # a better one. A good seed still wins the final refinement.
-        hidden = set(seeds)
-        seed_join = len(order) + self.seed_share * (budget - len(order))
+        # Seeds (another device's or shape's favourites, the incumbent) take
+        # no part in selection, in the model or in the generations: the
+        # search runs as it would unseeded, so a seed that beats random
+        # configs but sits in a poor basin here cannot pull it there
+        # (letting seeds join once the search had found a config about as
+        # fast did: the search then settled in the seed's basin). A seed
+        # wins only by being measured faster than anything the search
+        # found itself; then it is refined beside the search's own best
+        # (_refine_targets, _refine), and the faster end wins.
+        hidden = seed_set
         refining = False
+        refine_started = None
+        pair_tried = {}
         stall = 0
         chunk = max(1, self.batch // 2)
         while going:
-            if hidden and len(order) >= seed_join:
-                hidden = set()
             visible = {g: m for g, m in measured.items() if g not in hidden}
             ranked = by_time(visible)
-            everything = by_time(measured)
-            if not everything:
-                going = evaluate([g for g in pool if g not in measured]
-                                 [:self.batch])
-                continue
-            weights = self._fit(visible)
-            # Budget held back so that the best found, and any better one
-            # found while refining it, gets a complete one-parameter sweep:
-            # what is returned is a local optimum. (Enough for the best the
-            # search found and for a hidden seed that is better still.)
-            reserve = 0
-            for best in {(ranked or everything)[0], everything[0]}:
-                neighbours = self._neighbours(best, full=True)
-                reserve = max(reserve, sum(
-                    g not in measured for g in neighbours) + math.ceil(
-                        self.refine_margin * len(neighbours)))
-            if not refining and budget - len(order) <= reserve:
-                refining = True
-                hidden = set()
-            if refining:
-                sweep = [g for g in self._neighbours(everything[0], full=True)
-                         if g not in measured]
-                chosen = self._refine(sweep, everything, measured, weights,
-                                      chunk)
-                if not chosen:  # every basin swept: search on
-                    chosen = self._generation(everything, measured, weights,
-                                              stall)
-                going = evaluate(chosen)
-                continue
             if not ranked:
                 going = evaluate([g for g in pool if g not in measured]
                                  [:self.batch])
                 continue
+            weights = self._fit(visible)
+            targets = self._refine_targets(ranked, by_time(measured),
+                                           seed_set)
+            # A generation may measure only what the reserve leaves: one
+            # generation (the model's picks plus every leader's neighbours)
+            # can be half of a small budget, and would otherwise run into
+            # the reserve and leave no sweep.
+            room = budget - len(order) - self._reserve(targets, measured,
+                                                       budget)
+            if not refining and room <= 0:
+                refining = True
+                refine_started = len(order)
+            if refining:
+                chosen = self._refine(targets, ranked, measured, weights,
+                                      chunk, pair_tried)
+                if not chosen:  # every basin swept: search on
+                    chosen = self._generation(ranked, measured, weights,
+                                              stall)
+                going = evaluate(chosen)
+                continue
             best_before = measured[ranked[0]].time
             going = evaluate(self._generation(ranked, measured, weights,
-                                              stall))
+                                              stall)[:room])
             best_now = min(measured[g].time for g in measured
                            if measured[g].ok and g not in hidden)
             stall = 0 if best_now < best_before else stall + 1
         stopped_by = "budget" if len(order) >= budget else "time"
-        return SearchResult(order, time.perf_counter() - start, stopped_by)
+        return SearchResult(order, time.perf_counter() - start, stopped_by,
+                            refine_started)
 
-    def _refine(self, sweep, everything, measured, weights, chunk):
-        """Configs to measure while refining: the untried one-parameter
-        neighbours of the best (model order, a few at a time, so that a
-        better one found is swept in turn); once the best is a local
-        optimum, those of the next basin's leader."""
-        if sweep:
-            return self._rank(weights, sweep)[:chunk]
-        for leader in self._leaders(everything)[1:]:
+    def _refine_targets(self, ranked, everything, seed_set):
+        """What refinement descends from: the best config the search found
+        itself (not a seed), and the best seed if it is faster still (it
+        won by being measured faster)."""
+        own = next((g for g in ranked if g not in seed_set), ranked[0])
+        targets = [own]
+        if everything[0] != own:
+            targets.append(everything[0])
+        return targets
+
+    def _reserve(self, targets, measured, budget):
+        """Evaluations held back for refining: an unmeasured sweep of each
+        target, a share of a sweep more for better configs the sweep
+        finds; but never more than refine_share of the budget, so the
+        evolutionary phase keeps its part of any budget (a neighbourhood
+        of 45 configs would otherwise take nearly all of a budget of 100,
+        leaving coordinate descent from an early best). Nothing is held
+        back for joint moves: they get what the one-parameter sweeps leave
+        (an earlier start costs the evolutionary phase more than the joint
+        moves gain where no trap needs them)."""
+        reserve = 0
+        for target in targets:
+            neighbours = self._neighbours(target, full=True)
+            reserve = max(reserve, sum(
+                g not in measured for g in neighbours) + math.ceil(
+                    self.refine_margin * len(neighbours)))
+        return min(reserve, math.ceil(self.refine_share * budget))
+
+    def _refine(self, targets, ranked, measured, weights, chunk, pair_tried):
+        """Configs to measure while refining: the targets' untried
+        one-parameter neighbours (model order, a few at a time, so that a
+        better one found is swept in turn; the search's own best takes two
+        of three places while a faster seed is swept too); once every
+        target is a local optimum, the model's best joint moves of two
+        parameters from the targets side by side with the untried neighbours of the other
+        basins' leaders. Joint moves alone would take what is left from the
+        leaders: a poor local optimum is more often left by another basin's
+        better leader than by one joint move, a trap only by the move."""
+        sweeps = [self._rank(weights, [
+            g for g in self._neighbours(target, full=True)
+            if g not in measured]) for target in targets]
+        if any(sweeps):
+            # The search's own best takes most of each step, a faster seed
+            # the rest: each is descended from, and the faster end wins.
+            own = sweeps[0][:chunk - (len(sweeps) > 1 and bool(sweeps[-1]))]
+            return own + [g for g in sweeps[-1] if g not in own][
+                :chunk - len(own)]
+        joint = []
+        for target in targets:
+            left = self.refine_pair_moves - pair_tried.get(target, 0)
+            if left > 0:
+                joint = [g for g in self._joint_moves(target, weights)
+                         if g not in measured][:left]
+                if joint:
+                    break
+                pair_tried[target] = self.refine_pair_moves
+        near = []
+        for leader in self._leaders(ranked)[1:]:
             near = [g for g in self._neighbours(leader) if g not in measured]
             if near:
-                return self._rank(weights, near)[:chunk]
-        return []
+                near = self._rank(weights, near)
+                break
+        share = math.ceil(chunk * self.refine_joint_share)
+        n_joint = min(len(joint), max(chunk - len(near), share))
+        chosen = joint[:n_joint]
+        chosen += [g for g in near if g not in chosen][:chunk - len(chosen)]
+        if chosen and joint:
+            pair_tried[target] = pair_tried.get(target, 0) + n_joint
+        return chosen
 
     def _generation(self, ranked, measured, weights, stall):
         elite = ranked[:max(2, self.population // 2)]

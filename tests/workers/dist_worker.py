@@ -6,12 +6,15 @@ its candidate_benchmarks and the exchanges of each phase.
 argv: rank world port outdir mode timeout_s
 mode: ok | diverge (rank 1 tunes another size) | kill (rank 1 dies before
 tuning) | fail (rank 1's measurements raise) | hitmiss (rank 0 has the
-first size in its own cache, rank 1 misses it)"""
+first size in its own cache, rank 1 misses it) | timebudget (a search with
+time_budget_s whose generations are slower on rank 1, so that the ranks'
+own clocks would stop it at different points)"""
 import datetime
 import json
 import os
 import signal
 import sys
+import time
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -61,6 +64,21 @@ sess = autotune.configure(
     autotune_report_to=os.path.join(outdir, "report.json"),
     autotune_distributed_timeout_s=timeout_s)
 tuned = tk.make_tuner(CONFIGS, reference=reference, outputs=["y"])
+if mode == "timebudget":
+    from autotune.search import evolutionary
+    tuned = autotune.tune(
+        tk.axpb_kernel, None, key=["n"], reference=reference, outputs=["y"],
+        space=autotune.Space({"BLOCK": [16, 32, 64, 128, 256, 512],
+                              "BUG": [0]}, num_warps=[1, 2, 4, 8],
+                             num_stages=[1, 2, 3]),
+        search="evolutionary", budget=72, time_budget_s=3.0)
+    if rank == 1:
+        generation = evolutionary.EvolutionarySearch._generation
+
+        def slow_generation(self, *args):
+            time.sleep(1.5)
+            return generation(self, *args)
+        evolutionary.EvolutionarySearch._generation = slow_generation
 sizes = list(SIZES)
 if rank == 1 and mode == "diverge":
     sizes[0] += 8
@@ -72,7 +90,6 @@ if rank == 1 and mode == "fail":
     def broken(self, config):
         raise RuntimeError("this rank's device is broken")
     tuner.CandidateEvaluator.__call__ = broken
-import time  # noqa: E402
 start = time.monotonic()
 try:
     for n in sizes:
