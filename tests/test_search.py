@@ -590,3 +590,27 @@ def test_a_seed_wins_when_measured_fastest(tmp_path):
     optimum = table.ranked()[0]
     result = search_on(table, 30, 0, seeds=[optimum])
     assert result.best.config == optimum
+
+
+def test_a_faster_seed_at_a_poor_bottom_costs_a_few_tries(tmp_path):
+    """A seed faster than anything the search finds, at the bottom of the
+    trap: refinement tries a few of its neighbours (none is faster) and
+    leaves the rest of the budget to the search's own best."""
+    table = synthetic_landscape(tmp_path, "joint_move_trap")
+    trap_bottom = next(c for c in table.ranked()[1:]
+                       if table.faster_neighbour(c) is None)
+    assert table(trap_bottom) > 1.05 * table.optimum()
+
+    def seed_neighbours_measured(seed, **options):
+        search = ev.EvolutionarySearch(table.space, budget=60, seed=seed,
+                                       seeds=[trap_bottom], **options)
+        around = {search.valid[g] for g in search._neighbours(
+            search.enc.encode(trap_bottom), full=True)}
+        result = search.run(measure_with(table))
+        assert result.best.time <= table(trap_bottom)
+        return sum(m.config in around for m in result.measurements)
+    few = [seed_neighbours_measured(seed) for seed in range(1, 4)]
+    every = [seed_neighbours_measured(seed, seed_tries=1000)
+             for seed in range(1, 4)]
+    # (The search measures some of them on its own too.)
+    assert sum(few) + 6 <= sum(every), (few, every)

@@ -36,9 +36,9 @@ budget, so the evolutionary phase keeps a real share of small budgets
 generation: more would cost the descent that heavy-tailed tables need).
 Seeds (neighbour shapes, other devices, the incumbent) are measured
 first but take no part in selection, in the model or in the generations;
-a seed measured faster than anything the search found is refined beside
-the search's own best (which keeps most of each refinement step), and the
-faster end wins.
+a seed measured faster than anything the search found gets a few tries
+of its neighbours beside the refinement of the search's own best (a
+better neighbour becomes the search's own best), and the faster end wins.
 
 Properties: deterministic for a seed; never measures a config twice; failed
 configs (compile error, out of resources, wrong result) are remembered, fed
@@ -209,7 +209,7 @@ class EvolutionarySearch:
                  max_leaders=3, refine_margin=1.25, refine_share=0.6,
                  far_leaders_as_parents=False, pair_moves=2,
                  refine_pair_moves=None, refine_joint_share=0.3,
-                 clock=None):
+                 seed_tries=6, clock=None):
         if budget is None or budget <= 0:
             raise SearchError(f"evaluation budget must be positive, got "
                               f"{budget!r}")
@@ -242,6 +242,7 @@ class EvolutionarySearch:
         # Their share of each refinement step once the sweeps are done (the
         # rest: the other leaders' neighbours, while any are left).
         self.refine_joint_share = refine_joint_share
+        self.seed_tries = seed_tries
         self.enc = _Encoding(space)
         self.binary_dims = [d for d, kind in enumerate(self.enc.kinds)
                             if kind == BINARY]
@@ -562,6 +563,13 @@ class EvolutionarySearch:
         sweeps = [self._rank(weights, [
             g for g in self._neighbours(target, full=True)
             if g not in measured]) for target in targets]
+        if len(targets) > 1 and sum(
+                g in measured for g in self._neighbours(
+                    targets[1], full=True)) >= self.seed_tries:
+            # A faster seed gets a few tries (model order): a better
+            # neighbour becomes the search's own best and is refined in
+            # full; a seed at the bottom of a poor basin costs no more.
+            sweeps[1] = []
         if any(sweeps):
             # The search's own best takes most of each step, a faster seed
             # the rest: each is descended from, and the faster end wins.
