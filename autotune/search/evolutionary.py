@@ -479,34 +479,36 @@ class EvolutionarySearch:
         # wins only by being measured faster than anything the search
         # found itself; then it is refined beside the search's own best
         # (_refine_targets, _refine), and the faster end wins.
-        hidden = seed_set
         refining = False
         refine_started = None
         pair_tried = {}
         stall = 0
         chunk = max(1, self.batch // 2)
         while going:
-            visible = {g: m for g, m in measured.items() if g not in hidden}
+            visible = {g: m for g, m in measured.items()
+                       if g not in seed_set}
             ranked = by_time(visible)
             if not ranked:
                 going = evaluate([g for g in pool if g not in measured]
                                  [:self.batch])
                 continue
             weights = self._fit(visible)
-            targets = self._refine_targets(ranked, by_time(measured),
-                                           seed_set)
+            targets = self._refine_targets(ranked, by_time(measured))
+            # Each target's one-parameter sweep, for the reserve and for
+            # refining.
+            sweeps = [self._neighbours(t, full=True) for t in targets]
             # A generation may measure only what the reserve leaves: one
             # generation (the model's picks plus every leader's neighbours)
             # can be half of a small budget, and would otherwise run into
             # the reserve and leave no sweep.
-            room = budget - len(order) - self._reserve(targets, measured,
+            room = budget - len(order) - self._reserve(sweeps, measured,
                                                        budget)
             if not refining and room <= 0:
                 refining = True
                 refine_started = len(order)
             if refining:
-                chosen = self._refine(targets, ranked, measured, weights,
-                                      chunk, pair_tried)
+                chosen = self._refine(targets, sweeps, ranked, measured,
+                                      weights, chunk, pair_tried)
                 if not chosen:  # every basin swept: search on
                     chosen = self._generation(ranked, measured, weights,
                                               stall)
@@ -516,25 +518,22 @@ class EvolutionarySearch:
             going = evaluate(self._generation(ranked, measured, weights,
                                               stall)[:room])
             best_now = min(measured[g].time for g in measured
-                           if measured[g].ok and g not in hidden)
+                           if measured[g].ok and g not in seed_set)
             stall = 0 if best_now < best_before else stall + 1
         stopped_by = "budget" if len(order) >= budget else "time"
         return SearchResult(order, time.perf_counter() - start, stopped_by,
                             refine_started)
 
-    def _refine_targets(self, ranked, everything, seed_set):
+    def _refine_targets(self, ranked, everything):
         """What refinement descends from: the best config the search found
-        itself (not a seed), and the best seed if it is faster still (it
-        won by being measured faster)."""
-        own = next((g for g in ranked if g not in seed_set), ranked[0])
-        targets = [own]
-        if everything[0] != own:
-            targets.append(everything[0])
-        return targets
+        itself (ranked holds no seed), and the best seed if it is faster
+        still (it won by being measured faster)."""
+        own = ranked[0]
+        return [own] if everything[0] == own else [own, everything[0]]
 
-    def _reserve(self, targets, measured, budget):
-        """Evaluations held back for refining: an unmeasured sweep of each
-        target, a share of a sweep more for better configs the sweep
+    def _reserve(self, sweeps, measured, budget):
+        """Evaluations held back for refining: the unmeasured part of each
+        target's sweep, a share of a sweep more for better configs the sweep
         finds; but never more than refine_share of the budget, so the
         evolutionary phase keeps its part of any budget (a neighbourhood
         of 45 configs would otherwise take nearly all of a budget of 100,
@@ -542,40 +541,38 @@ class EvolutionarySearch:
         back for joint moves: they get what the one-parameter sweeps leave
         (an earlier start costs the evolutionary phase more than the joint
         moves gain where no trap needs them)."""
-        reserve = 0
-        for target in targets:
-            neighbours = self._neighbours(target, full=True)
-            reserve = max(reserve, sum(
-                g not in measured for g in neighbours) + math.ceil(
-                    self.refine_margin * len(neighbours)))
+        reserve = max(sum(g not in measured for g in sweep) + math.ceil(
+            self.refine_margin * len(sweep)) for sweep in sweeps)
         return min(reserve, math.ceil(self.refine_share * budget))
 
-    def _refine(self, targets, ranked, measured, weights, chunk, pair_tried):
+    def _refine(self, targets, sweeps, ranked, measured, weights, chunk,
+                pair_tried):
         """Configs to measure while refining: the targets' untried
         one-parameter neighbours (model order, a few at a time, so that a
         better one found is swept in turn; the search's own best takes two
         of three places while a faster seed is swept too); once every
         target is a local optimum, the model's best joint moves of two
-        parameters from the targets side by side with the untried neighbours of the other
-        basins' leaders. Joint moves alone would take what is left from the
-        leaders: a poor local optimum is more often left by another basin's
-        better leader than by one joint move, a trap only by the move."""
-        sweeps = [self._rank(weights, [
-            g for g in self._neighbours(target, full=True)
-            if g not in measured]) for target in targets]
-        if len(targets) > 1 and sum(
-                g in measured for g in self._neighbours(
-                    targets[1], full=True)) >= self.seed_tries:
+        parameters from the targets side by side with the untried
+        neighbours of the other basins' leaders. Joint moves alone would
+        take what is left from the leaders: a poor local optimum is more
+        often left by another basin's better leader than by one joint
+        move, a trap only by the move. sweeps: each target's one-parameter
+        neighbours."""
+        untried = [self._rank(weights, [g for g in sweep if g not in measured])
+                   for sweep in sweeps]
+        own, seed = untried[0], untried[1] if len(untried) > 1 else []
+        if len(sweeps) > 1 and len(sweeps[1]) - len(seed) >= self.seed_tries:
             # A faster seed gets a few tries (model order): a better
             # neighbour becomes the search's own best and is refined in
             # full; a seed at the bottom of a poor basin costs no more.
-            sweeps[1] = []
-        if any(sweeps):
-            # The search's own best takes most of each step, a faster seed
-            # the rest: each is descended from, and the faster end wins.
-            own = sweeps[0][:chunk - (len(sweeps) > 1 and bool(sweeps[-1]))]
-            return own + [g for g in sweeps[-1] if g not in own][
-                :chunk - len(own)]
+            seed = []
+        if own or seed:
+            # The search's own best takes all but one place of each step
+            # while a faster seed is tried too: each is descended from,
+            # and the faster end wins.
+            chosen = own[:chunk - 1 if seed else chunk]
+            return chosen + [g for g in seed if g not in chosen][
+                :chunk - len(chosen)]
         joint = []
         for target in targets:
             left = self.refine_pair_moves - pair_tried.get(target, 0)
