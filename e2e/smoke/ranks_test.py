@@ -2,8 +2,8 @@
 ranks run the workspace's kernel at two sizes.
 
 Run as the test, this launches the ranks (this file again with --rank,
-and RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set as torchrun would) and waits
-for them. Each rank is a process of its own with its own autotune session:
+and RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set as torchrun would)
+and waits for them. Each rank is a process of its own with its own autotune session:
 the dump target's ranks tune each miss together and rank 0 writes the
 dump; the load target's ranks hit the cache. Each rank writes its report
 (autotune_report.json for rank 0, autotune_report.rank1.json), and this
