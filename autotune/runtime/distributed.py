@@ -34,7 +34,7 @@ import time
 
 from autotune import log as logs
 from autotune.errors import DistributedTuningError
-from autotune.measure import backends, tuner
+from autotune.measure import backends, device_lock, tuner
 
 log = logs.get("distributed")
 
@@ -192,9 +192,7 @@ def share(sess, key, evaluator, incumbent=None, seeds=()):
     job = Job.current(sess.options)
     if job is None:
         return None
-    sess.distributed_rank = job.rank
-    sess.distributed_world_size = job.world_size
-    from autotune.measure import device_lock
+    sess.distributed_job = (job.rank, job.world_size)
     identity = device_lock.device_identity(sess.backend)
     what = _fusion_text(key)
     plan = (incumbent.short() if incumbent is not None else None,

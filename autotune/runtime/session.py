@@ -18,6 +18,7 @@ import threading
 from autotune import log as logs
 from autotune import codec, flags
 from autotune.measure import backends, device_lock
+from autotune.runtime import distributed
 from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.cache import neighbours as reuse
@@ -97,13 +98,11 @@ class Session:
         # each tuned fusion's wait and interval, for the report.
         self._device_turn = None
         self.device_times = {}
-        # This process's rank in a torch.distributed job that tuned with
-        # it (autotune.runtime.distributed), else None.
-        self.distributed_rank = None
-        self.distributed_world_size = None
+        # (rank, world size) of this process in a torch.distributed job
+        # that tuned with it (autotune.runtime.distributed), else None.
+        self.distributed_job = None
         # Exchanges between ranks made before this session (the report
         # counts this session's own).
-        from autotune.runtime import distributed
         self._exchanges_before = sum(distributed.EXCHANGES.values())
         self._check_sharding()
         self.backend = backend or backends.select_backend(
@@ -337,8 +336,8 @@ class Session:
     def _job(self):
         """(rank, world size) when this process is one of a
         torch.distributed job (autotune_distributed not off), else None."""
-        if self.distributed_rank is not None:
-            return self.distributed_rank, self.distributed_world_size
+        if self.distributed_job is not None:
+            return self.distributed_job
         if self.options.autotune_distributed == "off":
             return None
         dist = sys.modules.get("torch.distributed")
@@ -357,7 +356,6 @@ class Session:
         job = self._job()
         if job is None:
             return None
-        from autotune.runtime import distributed
         return {"rank": job[0], "world_size": job[1],
                 "exchanges": sum(distributed.EXCHANGES.values())
                 - self._exchanges_before}
