@@ -88,6 +88,15 @@ autotune_cache = "{CACHE}"
 '''
 
 
+# add_one's code changed (its entries go stale) and a test of a shape of
+# double_kernel that was never tuned (missing).
+STALE_KERNELS = KERNELS.replace("+ 1.0,", "+ 1.0 + 0.0,")
+NEW_SHAPE_TEST = textwrap.dedent('''
+    def test_double_new_shape():
+        call(double_kernel, 60)
+    ''')
+
+
 def write_project(path, kernels=KERNELS, tests=TESTS, ini=PYPROJECT):
     (path / "testdata").mkdir(exist_ok=True)
     (path / "kernels.py").write_text(textwrap.dedent(kernels))
@@ -237,13 +246,8 @@ def test_update_tunes_only_missing_and_stale_fusions(project):
     # a new shape (missing); double_kernel n=20 is a hit, kept verbatim.
     cache = project.path / CACHE
     before = entries_of(cache)
-    write_project(
-        project.path,
-        kernels=KERNELS.replace("+ 1.0,", "+ 1.0 + 0.0,"),
-        tests=TESTS + textwrap.dedent('''
-            def test_double_new_shape():
-                call(double_kernel, 60)
-            '''))
+    write_project(project.path, kernels=STALE_KERNELS,
+                  tests=TESTS + NEW_SHAPE_TEST)
     result = run_pytest(project, *PLUGIN, "--autotune-update",
                         "--autotune-report=r.json")
     assert result.returncode == 0, result.output
@@ -300,11 +304,8 @@ def test_require_complete_names_stale_and_missing_fusions(project):
     # runs in its own session that may tune.
     write_project(
         project.path,
-        kernels=KERNELS.replace("+ 1.0,", "+ 1.0 + 0.0,"),
-        tests=TESTS + textwrap.dedent('''
-            def test_double_new_shape():
-                call(double_kernel, 60)
-
+        kernels=STALE_KERNELS,
+        tests=TESTS + NEW_SHAPE_TEST + textwrap.dedent('''
             @pytest.mark.autotune(require_complete_autotune_results=False)
             def test_marked_may_tune():
                 call(double_kernel, 80)
