@@ -25,16 +25,29 @@ The exchanges go through the process group's key-value store
 deadline (--autotune_distributed_timeout_s): a rank that does not arrive
 -- dead, hung, or elsewhere -- is named in the error instead of hanging
 the job.
+
+What goes through the store is plain JSON (configs by their cached text,
+times, failure kinds), never pickle: anything that reaches the store's port
+can write a key, so every value read is untrusted input, checked field by
+field before it is used. A value that is not what this version of the
+exchange sends stops every rank with one error naming the rank it came
+from; it never runs code and never picks a winner. Each measured candidate
+carries the kernel fingerprint and fusion signature it was measured for,
+so ranks whose kernels of one name differ in their code stop with an
+error naming both fingerprints instead of agreeing on a config that is
+right for one of them only.
 """
 import collections
 import hashlib
-import pickle
+import json
+import math
 import statistics
 import time
 
 from autotune import log as logs
 from autotune.errors import DistributedTuningError
 from autotune.measure import backends, device_lock, tuner
+from autotune.records import FAILURE_KINDS, Candidate
 
 log = logs.get("distributed")
 
@@ -44,7 +57,95 @@ EXCHANGES = collections.Counter()
 
 _KEY_PREFIX = "rules_autotune"
 
+# Bounds on what a rank's value may hold: far above anything a real
+# exchange sends, far below what would exhaust memory or time.
+MAX_VALUE_BYTES = 64 << 20
+MAX_TEXT = 4096
+MAX_NAME = 1 << 16  # a fusion's text: kernel name and signature
+MAX_SAMPLES = 100_000
 
+
+class Malformed(ValueError):
+    """A value read from the store is not what a rank sends."""
+
+
+def _reject_constant(name):
+    raise Malformed(f"{name} is not a number JSON allows")
+
+
+def encode(kind, what, value):
+    """The bytes one rank posts: JSON, no NaN or infinity."""
+    return json.dumps({"kind": kind, "what": what, "value": value},
+                      allow_nan=False, separators=(",", ":")).encode()
+
+
+def decode(raw):
+    """(kind, what, value) of bytes read from the store; Malformed when
+    they are not an exchange's JSON object."""
+    if not isinstance(raw, (bytes, bytearray)):
+        raise Malformed(f"a {type(raw).__name__}, not bytes")
+    if len(raw) > MAX_VALUE_BYTES:
+        raise Malformed(f"{len(raw)} bytes, over {MAX_VALUE_BYTES}")
+    try:
+        data = json.loads(bytes(raw).decode("utf-8"),
+                          parse_constant=_reject_constant)
+    except Malformed:
+        raise
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError too
+        raise Malformed(f"not JSON ({type(e).__name__})") from None
+    if not isinstance(data, dict) or set(data) != {"kind", "what", "value"}:
+        raise Malformed("not an object of kind, what and value")
+    return (_text(data["kind"], "kind"),
+            _text(data["what"], "what", MAX_NAME), data["value"])
+
+
+def _text(value, name, limit=MAX_TEXT):
+    if not isinstance(value, str):
+        raise Malformed(f"{name} is a {_type(value)}, not text")
+    if len(value) > limit:
+        raise Malformed(f"{name} is {len(value)} characters, over {limit}")
+    return value
+
+
+def _number(value, name):
+    """A finite number >= 0 (bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Malformed(f"{name} is a {_type(value)}, not a number")
+    if not math.isfinite(value) or value < 0:
+        raise Malformed(f"{name} is {value!r}, not a finite number >= 0")
+    return float(value)
+
+
+def _list(value, name, length=None, limit=MAX_SAMPLES):
+    if not isinstance(value, list):
+        raise Malformed(f"{name} is a {_type(value)}, not a list")
+    if length is not None and len(value) != length:
+        raise Malformed(f"{name} has {len(value)} items, not {length}")
+    if len(value) > limit:
+        raise Malformed(f"{name} has {len(value)} items, over {limit}")
+    return value
+
+
+def _type(value):
+    return {dict: "object", list: "list", str: "text", bool: "boolean",
+            type(None): "null"}.get(type(value), "number")
+
+
+def _status(value, name):
+    """("ok", payload) or ("error", text) of a [status, payload] pair."""
+    pair = _list(value, name, 2)
+    if pair[0] == "error":
+        return "error", _text(pair[1], f"{name}'s error")
+    if pair[0] != "ok":
+        raise Malformed(f"{name} is neither ok nor error")
+    return "ok", pair[1]
+
+
+def _config_id(config):
+    """How a config travels: its cached text and launch options, enough to
+    check that a rank measured the config it was given."""
+    return [config.params_text, config.num_warps, config.num_stages,
+            config.num_ctas]
 
 
 def _dist():
@@ -106,14 +207,15 @@ class Job:
         prefix = f"{_KEY_PREFIX}/{seq}"
         mine = f"{prefix}/{self.rank}"
         try:
-            self.store.set(mine, pickle.dumps((kind, what, value)))
-            got = {self.rank: (kind, what, value)}
+            posted = encode(kind, what, value)
+            self.store.set(mine, posted)
+            got = {self.rank: posted}
             deadline = time.monotonic() + self.timeout_s
             pause = 0.001
             while len(got) < self.world_size:
                 for r in range(self.world_size):
                     if r not in got and self.store.check([f"{prefix}/{r}"]):
-                        got[r] = pickle.loads(self.store.get(f"{prefix}/{r}"))
+                        got[r] = self.store.get(f"{prefix}/{r}")
                 if len(got) == self.world_size:
                     break
                 if time.monotonic() > deadline:
@@ -142,11 +244,21 @@ class Job:
                 f"autotune: rank {self.rank}: the torch.distributed store "
                 f"failed during {kind} of {what} ({type(e).__name__}: {e}); "
                 "rank 0, which hosts it, may have died") from None
+        # Read by every rank before any raises: each stops with the same
+        # error (rank 0 first waits for the others to have read).
+        decoded = {}
+        for r in sorted(got):
+            try:
+                decoded[r] = decode(got[r])
+            except Malformed as e:
+                raise self.malformed(r, kind, what, e) from None
+        got = decoded
         differ = {r: (k, w) for r, (k, w, _) in got.items()
                   if (k, w) != (kind, what)}
         if differ:
-            lines = "; ".join(f"rank {r}: {got[r][0]} of {got[r][1]}"
-                              for r in sorted(got))
+            lines = "; ".join(
+                f"rank {r}: {logs.printable(got[r][0][:200])} of "
+                f"{logs.printable(got[r][1][:200])}" for r in sorted(got))
             raise self.failure(
                 "autotune: the ranks of this torch.distributed job are not "
                 "tuning the same fusion (every rank must meet the same "
@@ -154,6 +266,15 @@ class Job:
                 f"{lines}")
         return [got[r][2] for r in range(self.world_size)]
 
+    def malformed(self, rank, kind, what, error):
+        """The error for a value of `rank` that is not what a rank of this
+        version sends (Malformed): nothing it holds is used."""
+        return self.failure(
+            f"autotune: rank {rank} of this torch.distributed job posted a "
+            f"malformed value for {kind} of {what} "
+            f"({logs.printable(str(error)[:300])}); nothing in it is used. "
+            "Every rank must run the same rules_autotune, and nothing else "
+            "may write the job's store")
 
     def failure(self, message):
         """The error to raise after an exchange that every rank completed
@@ -195,34 +316,129 @@ def share(sess, key, evaluator, incumbent=None, seeds=()):
     sess.distributed_job = (job.rank, job.world_size)
     identity = device_lock.device_identity(sess.backend)
     what = _fusion_text(key)
-    plan = (incumbent.short() if incumbent is not None else None,
-            [s.short() for s in seeds])
-    views = job.exchange("the start", what, (plan, identity))
-    plans = {r: v[0] for r, v in enumerate(views)}
+    plan = [incumbent.short() if incumbent is not None else None,
+            [s.short() for s in seeds]]
+    views = job.exchange("the start", what, {
+        "plan": plan, "device": identity, "fingerprint": key.fingerprint})
+    starts = {}
+    for r, view in enumerate(views):
+        try:
+            starts[r] = _start_of(view)
+        except Malformed as e:
+            raise job.malformed(r, "the start", what, e) from None
+    fingerprints = {r: start["fingerprint"] for r, start in starts.items()}
+    if len(set(fingerprints.values())) > 1:
+        raise job.failure(_different_code(key, fingerprints))
+    plans = {r: start["plan"] for r, start in starts.items()}
     if len(set(map(repr, plans.values()))) > 1:
         raise job.failure(
             f"autotune: the ranks of this torch.distributed job start "
             f"tuning {what} from different caches (incumbent, seeds): "
-            + "; ".join(f"rank {r}: {p}" for r, p in plans.items())
+            + "; ".join(f"rank {r}: {logs.printable(repr(tuple(p)))[:300]}"
+                        for r, p in plans.items())
             + "; give every rank the same cache files")
     # Ranks that share a device (all of them on the interpreter): the
     # lowest takes its lock, for all of them; the others would wait for it
     # while it waits for them.
-    first = min(r for r, v in enumerate(views) if v[1] == identity)
+    first = min(r for r, start in starts.items()
+                if start["device"] == identity)
     turn = getattr(sess, "_device_turn", None)
     if first != job.rank and turn is not None:
         turn.leave_to_other_rank()
-    return SharedEvaluator(job, evaluator, what)
+    return SharedEvaluator(job, evaluator, what, key)
 
 
-def _wire(answer):
+def _start_of(value):
+    """A rank's start value, checked: {plan, device, fingerprint}."""
+    if not isinstance(value, dict) or \
+            set(value) != {"plan", "device", "fingerprint"}:
+        raise Malformed("the start is not an object of plan, device and "
+                        "fingerprint")
+    incumbent, seeds = _list(value["plan"], "the plan", 2)
+    if incumbent is not None:
+        _text(incumbent, "the incumbent")
+    for seed in _list(seeds, "the seeds"):
+        _text(seed, "a seed")
+    _text(value["device"], "the device")
+    _text(value["fingerprint"], "the fingerprint", 256)
+    return value
+
+
+def _different_code(key, fingerprints):
+    """The error for ranks whose kernel of one name hashes differently."""
+    return (f"autotune: the ranks of this torch.distributed job run "
+            f"different code for {_fusion_text(key)}: "
+            + "; ".join(f"rank {r} has kernel fingerprint "
+                        f"{logs.printable(fp[:64])}"
+                        for r, fp in sorted(fingerprints.items()))
+            + " (the kernel's source, or a jit function it calls, differs "
+            "between ranks); a config measured for one is not known to be "
+            "right for the other: give every rank the same kernel source")
+
+
+def _wire(answer, key):
+    """A measured candidate as it travels: plain data, with the kernel
+    fingerprint and fusion signature it was measured for."""
     candidate, timing = answer
-    return candidate, (timing.samples if timing is not None else None)
+    return {"config": _config_id(candidate.config),
+            "run_time_us": candidate.run_time_us,
+            "failure": candidate.failure,
+            "failure_detail": candidate.failure_detail[:MAX_TEXT],
+            "samples": timing.samples if timing is not None else None,
+            "fingerprint": key.fingerprint, "signature": key.signature}
 
 
-def _unwire(answer):
-    candidate, samples = answer
-    return candidate, (backends.Timing(samples) if samples else None)
+_WIRE_FIELDS = {"config", "run_time_us", "failure", "failure_detail",
+                "samples", "fingerprint", "signature"}
+
+
+def _unwire(value, config, key):
+    """(Candidate, Timing or None) of a rank's wire value for `config`,
+    checked: it is the config it was given, measured for this kernel and
+    fusion, with times that are numbers. Malformed, or _OtherCode when it
+    was measured for another kernel's code."""
+    if not isinstance(value, dict) or set(value) != _WIRE_FIELDS:
+        raise Malformed("a candidate is not an object of "
+                        + ", ".join(sorted(_WIRE_FIELDS)))
+    fingerprint = _text(value["fingerprint"], "a fingerprint", 256)
+    signature = _text(value["signature"], "a signature", MAX_NAME)
+    if signature != key.signature:
+        raise Malformed(f"a candidate measured for the fusion "
+                        f"[{signature[:200]}], not [{key.signature}]")
+    if fingerprint != key.fingerprint:
+        raise _OtherCode(fingerprint)
+    if value["config"] != _config_id(config):
+        raise Malformed(f"a candidate that is not the config it was given, "
+                        f"{config.short()}")
+    failure = value["failure"]
+    if failure not in FAILURE_KINDS:
+        raise Malformed("a failure kind that is none of "
+                        + ", ".join(FAILURE_KINDS))
+    detail = _text(value["failure_detail"], "a failure detail")
+    run_time_us = _number(value["run_time_us"], "a run time")
+    samples = value["samples"]
+    timing = None
+    if samples is not None:
+        samples = [_number(t, "a timing sample")
+                   for t in _list(samples, "the timing samples")]
+    if failure == "NONE":
+        if not samples:
+            raise Malformed(f"{config.short()} ran with no timing samples")
+        timing = backends.Timing(samples)
+        if timing.median_us != run_time_us:
+            raise Malformed(f"{config.short()}'s run time {run_time_us!r} "
+                            "is not the median of its samples")
+    elif run_time_us != 0.0:
+        raise Malformed(f"{config.short()} failed but has a run time")
+    return Candidate(config, run_time_us, failure, detail), timing
+
+
+class _OtherCode(Malformed):
+    """A candidate measured for a kernel with another fingerprint."""
+
+    def __init__(self, fingerprint):
+        super().__init__(fingerprint)
+        self.fingerprint = fingerprint
 
 
 class SharedEvaluator:
@@ -231,10 +447,11 @@ class SharedEvaluator:
     of candidates split over the ranks and answers with everyone's
     measurements."""
 
-    def __init__(self, job, evaluator, what):
+    def __init__(self, job, evaluator, what, key):
         self.job = job
         self.inner = evaluator
         self.what = what
+        self.key = key
         self.answers = {}
         self._started = time.monotonic()
         self._agreed_seconds = 0.0
@@ -250,19 +467,47 @@ class SharedEvaluator:
         for more)."""
         return self._agreed_seconds
 
-    def _exchange(self, kind, value):
-        """Every rank's value, by rank, with the ranks' seconds since
-        the miss began."""
-        views = self.job.exchange(kind, self.what, (
-            value, time.monotonic() - self._started))
-        self._agreed_seconds = max(seconds for _, seconds in views)
-        return [v for v, _ in views]
+    def _exchange(self, kind, value, read):
+        """Every rank's value, by rank, each checked by read(rank, value)
+        (Malformed: an error naming the rank), with the ranks' seconds
+        since the miss began."""
+        views = self.job.exchange(kind, self.what, [
+            value, time.monotonic() - self._started])
+        values, seconds = [], []
+        for r, view in enumerate(views):
+            try:
+                value, elapsed = _list(view, "the value", 2)
+                seconds.append(_number(elapsed, "the seconds"))
+                values.append(read(r, value))
+            except _OtherCode as e:
+                raise self.job.failure(_different_code(
+                    self.key, {self.job.rank: self.key.fingerprint,
+                               r: e.fingerprint})) from None
+            except Malformed as e:
+                raise self.job.malformed(r, kind, self.what, e) from None
+        self._agreed_seconds = max(seconds)
+        return values
 
     def _guarded(self, config):
         try:
-            return ("ok", _wire(self.inner(config)))
+            return ["ok", _wire(self.inner(config), self.key)]
         except Exception as e:  # reported to every rank, not left to hang
-            return ("error", f"{config.short()}: {type(e).__name__}: {e}"[:300])
+            return ["error",
+                    f"{config.short()}: {type(e).__name__}: {e}"[:300]]
+
+    def _read_answers(self, configs):
+        """read() of an exchange of measured candidates: ("ok",
+        [(Candidate, Timing)] for `configs` of each rank) or ("error",
+        text)."""
+        def read(rank, value):
+            status, payload = _status(value, "a rank's measurements")
+            if status == "error":
+                return status, payload
+            mine = configs(rank)
+            answers = _list(payload, "the measurements", len(mine))
+            return status, [_unwire(a, c, self.key)
+                            for a, c in zip(answers, mine)]
+        return read
 
     def _check(self, results, phase):
         failed = {r: detail for r, (status, detail) in enumerate(results)
@@ -271,7 +516,8 @@ class SharedEvaluator:
             raise self.job.failure(
                 f"autotune: rank(s) {_ranks(sorted(failed))} failed "
                 f"{phase} of {self.what}: "
-                + "; ".join(f"rank {r}: {d}" for r, d in sorted(failed.items())))
+                + "; ".join(f"rank {r}: {logs.printable(d)}"
+                            for r, d in sorted(failed.items())))
 
     def _measure(self, configs):
         todo = [c for c in dict.fromkeys(configs) if c not in self.answers]
@@ -283,30 +529,34 @@ class SharedEvaluator:
         # measurement is the one kept.
         while todo and self.inner.expected is None:
             config = todo.pop(0)
-            results = self._exchange("the reference run",
-                                     self._guarded(config))
+            status, payload = self._guarded(config)
+            results = self._exchange(
+                "the reference run",
+                [status, [payload] if status == "ok" else payload],
+                self._read_answers(lambda rank: [config]))
             self._check(results, "the reference run")
-            oks = {r: d[0].ok for r, (_, d) in enumerate(results)}
+            oks = {r: d[0][0].ok for r, (_, d) in enumerate(results)}
             if len(set(oks.values())) > 1:
                 raise self.job.failure(
                     f"autotune: ranks disagree whether {config.short()} of "
                     f"{self.what} runs correctly: " + "; ".join(
                         f"rank {r}: {'ok' if ok else 'failed'}"
                         for r, ok in sorted(oks.items())))
-            self.answers[config] = _unwire(results[0][1])
+            self.answers[config] = results[0][1][0]
         if not todo:
             return
         rank, world = self.job.rank, self.job.world_size
         mine = [self._guarded(c) for c in todo[rank::world]]
-        status = ("error", next(d for s, d in mine if s == "error")) \
+        status = ["error", next(d for s, d in mine if s == "error")] \
             if any(s == "error" for s, _ in mine) else \
-            ("ok", [d for _, d in mine])
+            ["ok", [d for _, d in mine]]
         results = self._exchange(
-            f"measuring {len(todo)} candidates ({_digest(todo)})", status)
+            f"measuring {len(todo)} candidates ({_digest(todo)})", status,
+            self._read_answers(lambda r: todo[r::world]))
         self._check(results, "its share of the candidates")
         for r, (_, answers) in enumerate(results):
             for config, answer in zip(todo[r::world], answers):
-                self.answers[config] = _unwire(answer)
+                self.answers[config] = answer
 
     # -- as the evaluator -------------------------------------------------
     def precheck(self, configs):
@@ -322,10 +572,15 @@ class SharedEvaluator:
         """Timed by every rank at once; each sees the median of the ranks'
         times, so every rank's duel ends the same way."""
         try:
-            status = ("ok", self.inner.retime(config).median_us)
+            status = ["ok", self.inner.retime(config).median_us]
         except Exception as e:
-            status = ("error", f"{type(e).__name__}: {e}"[:300])
-        results = self._exchange(f"retiming {config.short()}", status)
+            status = ["error", f"{type(e).__name__}: {e}"[:300]]
+
+        def read(rank, value):
+            status, payload = _status(value, "a retiming")
+            return status, (payload if status == "error" else
+                            _number(payload, "a retimed run time"))
+        results = self._exchange(f"retiming {config.short()}", status, read)
         failed = [r for r, (s, _) in enumerate(results) if s == "error"]
         if failed:
             # Raised on every rank alike: the duel counts it as a loss.
