@@ -133,3 +133,221 @@ def test_a_time_budget_ends_the_search_at_the_same_point_on_every_rank(
     # space's 72 configs were measured in all.
     total = results[0]["benchmarks"] + results[1]["benchmarks"]
     assert total < 2 * 72, total
+
+
+@pytest.mark.slow
+def test_a_pickled_value_in_the_store_is_never_unpickled(tmp_path):
+    """Rank 1 writes, under the key rank 0 reads, a pickled object whose
+    unpickling would create a file: rank 0 stops with one line naming
+    rank 1, and the file never appears."""
+    results = run_job(tmp_path, 2, "pickle", timeout_s=20)
+    assert results[1].get("posted") == "pickle", results[1]
+    error = results[0].get("error", "")
+    assert "rank 1 of this torch.distributed job posted a malformed value" \
+        in error and "the start of axpb_kernel [n=40" in error, results[0]
+    assert "\n" not in error
+    assert not (tmp_path / "CANARY").exists()
+
+
+@pytest.mark.slow
+def test_ranks_with_different_kernel_code_stop_naming_both_fingerprints(
+        tmp_path):
+    """Rank 1's axpb_kernel computes the same values with another body:
+    its configs are not known to be right for rank 0's kernel, so no
+    winner is agreed on and nothing is persisted."""
+    results = run_job(tmp_path, 2, "othercode", timeout_s=30)
+    fingerprints = {r: results[r].get("fingerprint") for r in (0, 1)}
+    assert None not in fingerprints.values() and \
+        fingerprints[0] != fingerprints[1], results
+    for r in (0, 1):
+        error = results[r].get("error", "")
+        assert "run different code for axpb_kernel [n=40" in error, results[r]
+        assert f"rank 0 has kernel fingerprint {fingerprints[0]}" in error
+        assert f"rank 1 has kernel fingerprint {fingerprints[1]}" in error
+    assert os.listdir(tmp_path / "cache") == []
+
+
+# -- what rank 0 reads from a real store: checked, never trusted -----------
+
+def _tcp_store():
+    import datetime
+    import torch.distributed as dist
+    return dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=5))
+
+
+def _setup():
+    from autotune import Config
+    from autotune.records import CacheKey
+    key = CacheKey("cpu/test", "axpb_kernel", "0123456789abcdef", "n=40")
+    configs = [Config({"BLOCK": b, "BUG": 0}) for b in (16, 32, 64, 128)]
+    return key, configs
+
+
+class _Measured:
+    """This rank's own measurements: BLOCK microseconds each (the
+    measuring itself is not what these tests are about)."""
+    expected = "set"  # a reference exists: no reference run
+
+    def __call__(self, config):
+        from autotune.measure import backends
+        from autotune.records import Candidate
+        t = float(config.kwargs["BLOCK"])
+        return Candidate(config, t), backends.Timing([t, t])
+
+    def precheck(self, configs):
+        pass
+
+
+def _rank1_answers(key, configs, times):
+    from autotune.measure import backends
+    from autotune.records import Candidate
+    from autotune.runtime import distributed
+    return [distributed._wire((Candidate(c, t), backends.Timing([t])), key)
+            for c, t in zip(configs[1::2], times)]
+
+
+def _measure_with_rank1(store, raw_of):
+    """Rank 0 of a 2-rank job on `store` measures its share of four
+    configs; rank 1's value (raw_of(kind, what, honest value) -> bytes)
+    is already in the store. Returns rank 0's answers."""
+    from autotune.runtime import distributed
+    key, configs = _setup()
+    job = distributed.Job(store, 0, 2, timeout_s=5)
+    shared = distributed.SharedEvaluator(job, _Measured(), "axpb_kernel "
+                                         "[n=40]", key)
+    seq = distributed.Job._sequences.get(id(store), 0)
+    kind = f"measuring 4 candidates ({distributed._digest(configs)})"
+    honest = [["ok", _rank1_answers(key, configs, [5.0, 7.0])], 0.25]
+    store.set(f"{distributed._KEY_PREFIX}/{seq}/1",
+              raw_of(kind, "axpb_kernel [n=40]", honest))
+    store.set(f"{distributed._KEY_PREFIX}/{seq}/read/1", b"1")
+    return configs, shared.measure_many(configs)
+
+
+def test_a_well_formed_value_from_the_store_is_used():
+    from autotune.runtime import distributed
+    store = _tcp_store()
+    configs, answers = _measure_with_rank1(store, distributed.encode)
+    times = [candidate.run_time_us for candidate, _ in answers]
+    assert times == [16.0, 5.0, 64.0, 7.0]
+    assert [candidate.config for candidate, _ in answers] == configs
+
+
+def _json(value):
+    return json.dumps(value).encode()
+
+
+def _replace(index, field, new):
+    """Rank 1's honest value with one field of its index-th candidate
+    replaced."""
+    def raw(kind, what, value):
+        value[0][1][index][field] = new
+        return _json({"kind": kind, "what": what, "value": value})
+    return raw
+
+
+def _pickled(canary):
+    import pickle
+
+    class Canary:
+        def __reduce__(self):
+            return (open, (str(canary), "w"))
+    return lambda kind, what, value: pickle.dumps(Canary())
+
+
+MALFORMED = {
+    "not utf-8": lambda k, w, v: b"\xff\xfe{}",
+    "not json": lambda k, w, v: b"{'kind': 1}",
+    "nested past the recursion limit": lambda k, w, v: b"[" * 200_000,
+    "not an object": lambda k, w, v: _json([k, w, v]),
+    "an extra field": lambda k, w, v: _json(
+        {"kind": k, "what": w, "value": v, "code": "x"}),
+    "nan run time": lambda k, w, v: json.dumps(
+        {"kind": k, "what": w, "value": [["ok", [
+            dict(a, run_time_us=float("nan")) for a in v[0][1]]], 0.1]},
+        allow_nan=True).encode(),
+    "infinite seconds": lambda k, w, v: _json(
+        {"kind": k, "what": w, "value": [v[0], 1e999]}),
+    "negative run time": _replace(0, "run_time_us", -1.0),
+    "a boolean run time": _replace(0, "run_time_us", True),
+    # Claims to be faster than what it measured: never a winner.
+    "a run time that is not its samples' median": _replace(
+        0, "run_time_us", 0.001),
+    "a negative sample": _replace(0, "samples", [-5.0]),
+    "a config it was not given": _replace(
+        0, "config", ["BLOCK=16 BUG=0", 4, 3, 1]),
+    "an unknown failure kind": _replace(0, "failure", "FASTEST"),
+    "another fusion's signature": _replace(0, "signature", "n=48"),
+    "a huge failure detail": _replace(0, "failure_detail", "x" * 10**6),
+    "one measurement missing": lambda k, w, v: distributed_encode(
+        k, w, [["ok", v[0][1][:1]], 0.1]),
+    "neither ok nor error": lambda k, w, v: distributed_encode(
+        k, w, [["fine", v[0][1]], 0.1]),
+    "an escape in the status": lambda k, w, v: distributed_encode(
+        k, w, [["\x1b]0;pwned\x07", v[0][1]], 0.1]),
+}
+
+
+def distributed_encode(kind, what, value):
+    from autotune.runtime import distributed
+    return distributed.encode(kind, what, value)
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_value_is_one_line_naming_the_rank(case):
+    from autotune.errors import DistributedTuningError
+    store = _tcp_store()
+    with pytest.raises(DistributedTuningError) as raised:
+        _measure_with_rank1(store, MALFORMED[case])
+    message = str(raised.value)
+    assert "rank 1 of this torch.distributed job posted a malformed value " \
+        "for measuring 4 candidates" in message, message
+    assert "\n" not in message and "\x1b" not in message, message
+    assert len(message) < 1000
+
+
+def test_a_pickled_value_is_malformed_and_never_unpickled(tmp_path):
+    from autotune.errors import DistributedTuningError
+    canary = tmp_path / "CANARY"
+    with pytest.raises(DistributedTuningError, match="rank 1 .* malformed"):
+        _measure_with_rank1(_tcp_store(), _pickled(canary))
+    assert not canary.exists()
+
+
+def test_a_candidate_measured_for_other_code_names_both_fingerprints():
+    from autotune.errors import DistributedTuningError
+    store = _tcp_store()
+    with pytest.raises(DistributedTuningError) as raised:
+        _measure_with_rank1(store, _replace(1, "fingerprint",
+                                            "fedcba9876543210"))
+    message = str(raised.value)
+    assert "rank 0 has kernel fingerprint 0123456789abcdef" in message
+    assert "rank 1 has kernel fingerprint fedcba9876543210" in message
+
+
+def test_an_error_a_rank_reports_is_printed_escaped():
+    from autotune.errors import DistributedTuningError
+    store = _tcp_store()
+    with pytest.raises(DistributedTuningError) as raised:
+        _measure_with_rank1(store, lambda k, w, v: distributed_encode(
+            k, w, [["error", "broken \x1b[2J\x1b]0;title\x07"], 0.1]))
+    message = str(raised.value)
+    assert "rank(s) 1 failed" in message and "\x1b" not in message
+    assert "broken \\x1b[2J\\x1b]0;title\\x07" in message
+
+
+@pytest.mark.parametrize("start", [
+    None, [], {"plan": [None, []], "device": "d"},
+    {"plan": [None, []], "device": "d", "fingerprint": 7},
+    {"plan": [1, []], "device": "d", "fingerprint": "f"},
+    {"plan": [None, [None]], "device": "d", "fingerprint": "f"},
+    {"plan": [None, []], "device": ["d"], "fingerprint": "f"},
+])
+def test_a_malformed_start_is_refused(start):
+    from autotune.runtime import distributed
+    with pytest.raises(distributed.Malformed):
+        distributed._start_of(start)
+    assert distributed._start_of(
+        {"plan": ["BLOCK=16", ["BLOCK=32"]], "device": "d",
+         "fingerprint": "f"})

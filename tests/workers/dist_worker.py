@@ -8,7 +8,11 @@ mode: ok | diverge (rank 1 tunes another size) | kill (rank 1 dies before
 tuning) | fail (rank 1's measurements raise) | hitmiss (rank 0 has the
 first size in its own cache, rank 1 misses it) | timebudget (a search with
 time_budget_s whose generations are slower on rank 1, so that the ranks'
-own clocks would stop it at different points)"""
+own clocks would stop it at different points) | othercode (rank 1's
+kernel of the same name and signature has another body, computing the
+same values) | pickle (rank 1 writes, under the key of its first exchange,
+a pickled object whose unpickling creates the file CANARY in outdir, and
+then leaves)"""
 import datetime
 import json
 import os
@@ -24,6 +28,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune import Config  # noqa: E402
@@ -35,6 +41,28 @@ outdir, mode, timeout_s = sys.argv[4], sys.argv[5], float(sys.argv[6])
 SIZES = [int(s) for s in os.environ.get("DIST_SIZES", "40,72").split(",")]
 CONFIGS = [Config({"BLOCK": b, "BUG": 0}, num_warps=w)
            for b in (16, 32, 64, 128) for w in (2, 4)]
+
+
+@triton.jit
+def axpb_kernel(x, y, n, alpha, BLOCK: tl.constexpr, BUG: tl.constexpr):
+    # tiny_kernels.axpb_kernel's values, written another way: another
+    # fingerprint for one name and signature.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    out = tl.load(x + offs, mask=m) * alpha + 1.0
+    if BUG:
+        out = out + 0.5
+    tl.store(y + offs, out, mask=m)
+
+
+class Canary:
+    """Unpickling it creates the file `path`."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
 
 
 def reference(x, y, n, alpha, **_):
@@ -79,6 +107,16 @@ if mode == "timebudget":
             time.sleep(1.5)
             return generation(self, *args)
         evolutionary.EvolutionarySearch._generation = slow_generation
+if mode == "othercode" and rank == 1:
+    tuned = autotune.tune(axpb_kernel, CONFIGS, key=["n"],
+                          reference=reference, outputs=["y"])
+if mode == "pickle" and rank == 1:
+    import pickle
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"{distributed._KEY_PREFIX}/0/1",
+              pickle.dumps(Canary(os.path.join(outdir, "CANARY"))))
+    store.set(f"{distributed._KEY_PREFIX}/0/read/1", b"1")
+    out(posted="pickle")
 sizes = list(SIZES)
 if rank == 1 and mode == "diverge":
     sizes[0] += 8
@@ -95,7 +133,8 @@ try:
     for n in sizes:
         tk.run(tuned, n)
 except autotune.AutotuneError as e:
-    out(error=str(e), seconds=time.monotonic() - start)
+    out(error=str(e), seconds=time.monotonic() - start,
+        fingerprint=tuned.fingerprint)
 tune_s = time.monotonic() - start
 winners = {}
 for n in sizes:
