@@ -18,9 +18,13 @@ AUTOTUNE_GPU_SLOT_KIND=dump|load overrides the guess.
 The devices: AUTOTUNE_GPU_SLOT_DEVICES (a count) if set, else the GPUs
 `nvidia-smi -L` lists, else torch's count, else one (the host's CPU). When
 CUDA_VISIBLE_DEVICES is already set, its entries are the devices. Slot
-files live in $AUTOTUNE_LOCK_DIR (default /tmp/rules_autotune-locks), the
-directory of autotune's own device locks; it must be shared by every test
-(a sandbox with a private /tmp needs --sandbox_writable_path for it).
+files live in $AUTOTUNE_LOCK_DIR (default /tmp/rules_autotune-locks-UID,
+this user's own), the directory of autotune's own device locks; it must be
+shared by every test (a sandbox with a private /tmp needs
+--sandbox_writable_path for it). As autotune's locks are, slot files are
+opened without following links or blocking on a FIFO, anything but a
+regular file is refused with one line, and every variable above is
+checked and bounded before use.
 
 Standard library only: it runs before and around the test's own Python.
 """
@@ -30,31 +34,69 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 
 LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
-DEFAULT_LOCK_DIR = "/tmp/rules_autotune-locks"
+# autotune.measure.device_lock.DEFAULT_LOCK_DIR (this file imports nothing
+# of autotune): per user, never a directory every user can write.
+DEFAULT_LOCK_DIR = f"/tmp/rules_autotune-locks-{os.getuid()}"
 DEVICES_ENV = "AUTOTUNE_GPU_SLOT_DEVICES"
 LOADS_ENV = "AUTOTUNE_GPU_SLOT_LOADS_PER_DEVICE"
 KIND_ENV = "AUTOTUNE_GPU_SLOT_KIND"
 DEFAULT_LOADS_PER_DEVICE = 2
+# Far above any machine, far below a list that would not fit in memory or
+# a loop that would not end: each slot is a file.
+MAX_DEVICES = 256
+MAX_LOADS_PER_DEVICE = 64
+MAX_PATH = 4096
 POLL_S = 0.2
+# An entry of CUDA_VISIBLE_DEVICES: an index, or a GPU or MIG UUID.
+_VISIBLE_ENTRY = re.compile(r"-?[A-Za-z0-9][A-Za-z0-9:/_.-]{0,127}")
+_OPEN_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+               | os.O_CLOEXEC)
+_FIX = f"remove it, or set {LOCK_DIR_ENV} to a directory of yours"
 
 
 class SlotError(Exception):
     pass
 
 
-def _int_env(env, name, minimum):
+def _shown(text, limit=40):
+    """A value as an error line may quote it: ASCII, escaped, short."""
+    return ascii(text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def _int_env(env, name, minimum, maximum):
     text = env.get(name, "").strip()
     if not text:
         return None
-    if not text.isdigit() or int(text) < minimum:
-        raise SlotError(f"{name}={text!r}: expected a whole number >= "
-                        f"{minimum}")
+    # ASCII digits only: int() takes other scripts' digits, isdigit()
+    # superscripts that int() refuses.
+    if not re.fullmatch(r"[0-9]{1,9}", text) or \
+            not minimum <= int(text) <= maximum:
+        raise SlotError(f"{name}={_shown(text)}: expected a whole number "
+                        f"from {minimum} to {maximum}")
     return int(text)
+
+
+def _visible_entries(env):
+    """The entries of CUDA_VISIBLE_DEVICES, checked, or None when unset
+    or empty."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if not visible:
+        return None
+    entries = [v.strip() for v in visible.split(",") if v.strip()]
+    if len(entries) > MAX_DEVICES:
+        raise SlotError(f"CUDA_VISIBLE_DEVICES: {len(entries)} entries, "
+                        f"more than {MAX_DEVICES}")
+    for entry in entries:
+        if not _VISIBLE_ENTRY.fullmatch(entry):
+            raise SlotError(f"CUDA_VISIBLE_DEVICES: entry {_shown(entry)} is "
+                            "neither a device index nor a GPU or MIG UUID")
+    return entries or None
 
 
 def _nvidia_smi_gpus():
@@ -91,12 +133,11 @@ def _torch_count():
 def devices(env=None):
     """[(value for CUDA_VISIBLE_DEVICES, lock name)] of the devices."""
     env = os.environ if env is None else env
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    count = _int_env(env, DEVICES_ENV, 1)
+    visible = _visible_entries(env)
+    count = _int_env(env, DEVICES_ENV, 1, MAX_DEVICES)
     if count is not None:
         if visible:
-            entries = [v.strip() for v in visible.split(",") if v.strip()]
-            return [(v, f"dev-{v}") for v in entries[:count]]
+            return [(v, f"dev-{v}") for v in visible[:count]]
         return [(str(i), f"dev-{i}") for i in range(count)]
     gpus = _nvidia_smi_gpus()
     if gpus is None:
@@ -105,11 +146,10 @@ def devices(env=None):
     if visible:
         # The entries the caller allowed: indices, or UUIDs.
         by_index = dict(gpus)
-        entries = [v.strip() for v in visible.split(",") if v.strip()]
-        return [(v, f"gpu-{by_index.get(v) or v}") for v in entries]
+        return [(v, f"gpu-{by_index.get(v) or v}") for v in visible]
     if not gpus:
         return [("", "host")]
-    return [(i, f"gpu-{uuid or i}") for i, uuid in gpus]
+    return [(i, f"gpu-{uuid or i}") for i, uuid in gpus[:MAX_DEVICES]]
 
 
 def kind(env=None):
@@ -117,7 +157,8 @@ def kind(env=None):
     given = env.get(KIND_ENV, "").strip()
     if given:
         if given not in ("dump", "load"):
-            raise SlotError(f"{KIND_ENV}={given!r}: expected dump or load")
+            raise SlotError(f"{KIND_ENV}={_shown(given)}: expected dump or "
+                            "load")
         return given
     return "dump" if "--dump_autotune_results_to" in \
         env.get("AUTOTUNE_FLAGS", "") else "load"
@@ -141,22 +182,119 @@ class Slot:
         self.fds = []
 
 
-def _try_lock(path):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+def _file_kind(mode):
+    for test, name in ((stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _what_is(path):
     try:
-        os.fchmod(fd, 0o666)  # every user of the host shares the slots
+        return _file_kind(os.lstat(path).st_mode)
     except OSError:
-        pass  # another user's file: usable as it is
+        return None
+
+
+def _open_slot_file(path):
+    """A read-write descriptor of the regular file at `path`, created if
+    missing; never through a link, never blocking on a FIFO; SlotError
+    (one line) for anything else."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS, 0o666)
+    except OSError as e:
+        kind = _what_is(path)
+        if e.errno == errno.ELOOP or kind not in (None, "a regular file"):
+            reason = f"{kind or 'a symbolic link'}, not a regular file; " \
+                     "not followed or used"
+        else:
+            reason = e.strerror or str(e)
+        raise SlotError(f"slot file {path}: {reason} ({_FIX})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SlotError(f"slot file {path}: {_file_kind(st.st_mode)}, "
+                            f"not a regular file; not used ({_FIX})")
+        if st.st_nlink != 1:
+            raise SlotError(f"slot file {path}: has {st.st_nlink} hard "
+                            f"links; not used ({_FIX})")
+        if st.st_uid == os.getuid():
+            os.fchmod(fd, 0o666)  # every user of the directory shares it
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _try_lock(path):
+    fd = _open_slot_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             return None
-        raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        raise SlotError(f"slot file {path}: {e.strerror or e}") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # held all the same; only the pid in it is missing
     return fd
+
+
+def lock_directory(env=None):
+    """The slot files' directory, created if missing and checked: the
+    default must be a directory (not a link) of this user's (a group- or
+    world-writable mode is narrowed); $AUTOTUNE_LOCK_DIR, the user's own
+    choice, must be a directory. SlotError: one line."""
+    env = os.environ if env is None else env
+    directory = env.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR
+    what = f"lock directory {_shown(directory, 300)}" \
+        if not directory.isprintable() else f"lock directory {directory}"
+    if len(directory) > MAX_PATH:
+        raise SlotError(f"{what}: longer than {MAX_PATH} characters (set "
+                        f"{LOCK_DIR_ENV})")
+    if directory != DEFAULT_LOCK_DIR:
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise SlotError(f"{what}: {e.strerror or e} (set "
+                            f"{LOCK_DIR_ENV})") from None
+        return directory
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise SlotError(f"{what}: {e.strerror or e} (set {LOCK_DIR_ENV})") \
+            from None
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY
+                     | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        kind = _what_is(directory)
+        raise SlotError(
+            f"{what}: "
+            + (f"{kind}, not a directory" if kind else e.strerror or str(e))
+            + f"; not used ({_FIX})") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid():
+            raise SlotError(f"{what}: belongs to uid {st.st_uid}, not to "
+                            f"this user (uid {os.getuid()}); not used "
+                            f"({_FIX})")
+        if st.st_mode & 0o022:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o022)
+    finally:
+        os.close(fd)
+    return directory
 
 
 def try_take(directory, device_list, slot_kind, loads_per_device):
@@ -186,14 +324,10 @@ def try_take(directory, device_list, slot_kind, loads_per_device):
 
 def take(env=None, log=None):
     env = os.environ if env is None else env
-    directory = env.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as e:
-        raise SlotError(f"lock directory {directory}: {e.strerror or e} "
-                        f"(set {LOCK_DIR_ENV})")
+    directory = lock_directory(env)
     device_list = devices(env)
-    loads = _int_env(env, LOADS_ENV, 1) or DEFAULT_LOADS_PER_DEVICE
+    loads = _int_env(env, LOADS_ENV, 1, MAX_LOADS_PER_DEVICE) or \
+        DEFAULT_LOADS_PER_DEVICE
     slot_kind = kind(env)
     said = False
     while True:

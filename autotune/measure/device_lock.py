@@ -4,8 +4,8 @@ Two processes that time candidates on one device at once time each other's
 kernels, and the winner they store is whatever the contention produced. A
 process therefore measures only while it holds its device's lock: an
 exclusive flock(2) on a file in the lock directory ($AUTOTUNE_LOCK_DIR, else
-/tmp/rules_autotune-locks). Hits, loads and launches of tuned kernels never
-take it.
+/tmp/rules_autotune-locks-UID, this user's own). Hits, loads and launches of
+tuned kernels never take it.
 
 The file is named after the device itself, not its index: a GPU's UUID (or
 PCI bus id) when torch can tell, so two processes that see one GPU through
@@ -14,6 +14,15 @@ different CUDA_VISIBLE_DEVICES agree; on the interpreter, one lock per host
 so a lock file left behind by a dead process never blocks; the file only
 says which pid held it last, for the message a waiting process logs.
 
+A lock directory may be writable by others (a shared $AUTOTUNE_LOCK_DIR;
+anything under /tmp before the default directory exists), so nothing in
+it is trusted: a lock file is opened without following a link
+(O_NOFOLLOW) and without blocking (a FIFO would), and what was opened is
+checked with fstat before anything is written to it; anything but a
+regular file with one link is refused with one line. The default
+directory is created private (0700) and used only when it is a real
+directory of this user's.
+
     turn = DeviceTurn(backend)      # nothing taken yet
     turn.take()                     # blocks until this process holds it
     ...measure...
@@ -21,9 +30,11 @@ says which pid held it last, for the message a waiting process logs.
 """
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import socket
+import stat
 import time
 
 from autotune import log as logs
@@ -32,9 +43,16 @@ from autotune.errors import DeviceLockError
 log = logs.get("device_lock")
 
 LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
-DEFAULT_LOCK_DIR = "/tmp/rules_autotune-locks"
-
-
+# Per user: a directory every user can write lets anyone plant links and
+# FIFOs where another user's (or root's) lock files go. Not
+# XDG_RUNTIME_DIR: a Bazel test's environment does not carry it, and the
+# test and tools/gpu_slot.py around it must agree on the directory.
+DEFAULT_LOCK_DIR = f"/tmp/rules_autotune-locks-{os.getuid()}"
+MAX_PATH = 4096
+_NAME_LIMIT = 120  # a lock file's name, well under NAME_MAX (255)
+_OPEN_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+               | os.O_CLOEXEC)
+_FIX = f"remove it, or set {LOCK_DIR_ENV} to a directory of yours"
 
 
 def lock_dir(env=None):
@@ -43,7 +61,119 @@ def lock_dir(env=None):
 
 
 def _safe(name):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "device"
+    """A file name for `name`: only [A-Za-z0-9_.-], and bounded (a long
+    name keeps its start and a hash of the whole)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "device"
+    if len(safe) > _NAME_LIMIT:
+        digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()
+        safe = f"{safe[:_NAME_LIMIT - 17]}-{digest[:16]}"
+    return safe
+
+
+def file_kind(mode):
+    """What a stat mode is, in words."""
+    for test, name in ((stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _what_is(path):
+    try:
+        return file_kind(os.lstat(path).st_mode)
+    except OSError:
+        return None
+
+
+def ensure_lock_dir(directory):
+    """Creates the lock directory if missing and checks it. The default
+    one must be a directory (not a link) of this user's; a group- or
+    world-writable mode is narrowed. $AUTOTUNE_LOCK_DIR is the user's own
+    choice (it may be shared on purpose): it must be a directory.
+    DeviceLockError: one line, when it cannot be used."""
+    what = f"lock directory {logs.printable(directory)[:300]}"
+    if len(directory) > MAX_PATH or "\0" in directory:
+        raise DeviceLockError(f"{what}: not a usable path (set "
+                              f"{LOCK_DIR_ENV} to a directory)")
+    if directory != DEFAULT_LOCK_DIR:
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise DeviceLockError(
+                f"{what}: {e.strerror or e} (set {LOCK_DIR_ENV} to a "
+                "writable directory)") from None
+        return directory
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise DeviceLockError(f"{what}: {e.strerror or e} (set "
+                              f"{LOCK_DIR_ENV} to a writable directory)") \
+            from None
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY
+                     | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        kind = _what_is(directory)
+        raise DeviceLockError(
+            f"{what}: "
+            + (f"{kind}, not a directory" if kind else e.strerror or str(e))
+            + f"; not used ({_FIX})") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid():
+            raise DeviceLockError(
+                f"{what}: belongs to uid {st.st_uid}, not to "
+                f"this user (uid {os.getuid()}); not used ({_FIX})")
+        if st.st_mode & 0o022:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o022)
+    finally:
+        os.close(fd)
+    return directory
+
+
+def open_lock_file(path, error=DeviceLockError):
+    """A read-write descriptor of the regular file at `path`, created if
+    missing: never through a symbolic link, never blocking on a FIFO, and
+    refused (one line, `error`) when what is there is anything but a
+    regular file with one link."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS, 0o666)
+    except OSError as e:
+        kind = _what_is(path)
+        if e.errno == errno.ELOOP or kind not in (None, "a regular file"):
+            reason = f"{kind or 'a symbolic link'}, not a regular file; " \
+                     "not followed or used"
+        else:
+            reason = e.strerror or str(e)
+        raise error(f"lock file {path}: {reason} ({_FIX})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"lock file {path}: {file_kind(st.st_mode)}, not a "
+                        f"regular file; not used ({_FIX})")
+        if st.st_nlink != 1:
+            # A hard link to a file elsewhere: writing our pid would
+            # overwrite it.
+            raise error(f"lock file {path}: has {st.st_nlink} hard links; "
+                        f"not used ({_FIX})")
+        fcntl.fcntl(fd, fcntl.F_SETFL,
+                    fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        if st.st_uid == os.getuid():
+            # Anyone sharing the directory may need the lock: no umask
+            # on the mode.
+            os.fchmod(fd, 0o666)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def device_identity(backend):
@@ -68,13 +198,22 @@ def device_identity(backend):
 
 
 def holder_of(path):
-    """The pid written in a lock file, or None."""
+    """The pid written in a lock file, or None (nothing readable, not a
+    regular file, or not a pid)."""
     try:
-        with open(path) as f:
-            text = f.read().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC)
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 32).strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int(text) if re.fullmatch(rb"[0-9]{1,10}", text) else None
 
 
 class FileLock:
@@ -87,20 +226,8 @@ class FileLock:
         self.fd = None
 
     def _open(self):
-        directory = os.path.dirname(self.path)
-        try:
-            os.makedirs(directory, exist_ok=True)
-            # Anyone on the host may need the lock: no umask on the mode.
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as e:
-            raise DeviceLockError(
-                f"device lock {self.path}: {e.strerror or e} (set "
-                f"{LOCK_DIR_ENV} to a writable directory)") from None
-        try:
-            os.fchmod(fd, 0o666)
-        except OSError:
-            pass  # someone else's file: usable as it is
-        return fd
+        ensure_lock_dir(os.path.dirname(self.path))
+        return open_lock_file(self.path)
 
     def try_acquire(self):
         """Takes the lock if it is free; True when taken."""
@@ -139,8 +266,11 @@ class FileLock:
     def _took(self, fd):
         self.fd = fd
         # Who holds it, for the message another process logs while waiting.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # the lock is held all the same; only the message lacks it
 
     def release(self):
         if self.fd is None:
