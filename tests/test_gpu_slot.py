@@ -155,3 +155,170 @@ def test_regenerate_runs_dump_targets_under_the_wrapper(tmp_path):
     assert f"--sandbox_writable_path={tmp_path / 'l'}" in args
     assert "--test_env=AUTOTUNE_GPU_SLOT_DEVICES=2" in args
     assert regenerate.slot_args(["--run_under=mine"], env) == []
+
+
+# -- values and files the wrapper does not trust ----------------------------
+
+def _limit_memory():
+    import resource
+    # A list of 10**9 devices must not take the machine down with the test.
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def _refused(env, timeout=60):
+    """Runs the wrapper around a trivial command: its one error line
+    (it must exit 2 at once, never run the command)."""
+    proc = subprocess.run([sys.executable, WRAPPER, sys.executable, "-c",
+                           "print('RAN')"], env=env, capture_output=True,
+                          text=True, timeout=timeout,
+                          preexec_fn=_limit_memory)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "RAN" not in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu_slot: error: "), \
+        proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("name,value", [
+    ("AUTOTUNE_GPU_SLOT_DEVICES", "1000000"),
+    ("AUTOTUNE_GPU_SLOT_DEVICES", "9" * 30),
+    ("AUTOTUNE_GPU_SLOT_DEVICES", "\u00b2"),        # superscript two
+    ("AUTOTUNE_GPU_SLOT_DEVICES", "\u0663"),        # Arabic-Indic three
+    ("AUTOTUNE_GPU_SLOT_DEVICES", "0"),
+    ("AUTOTUNE_GPU_SLOT_LOADS_PER_DEVICE", "1000000"),
+    ("AUTOTUNE_GPU_SLOT_LOADS_PER_DEVICE", "\uff12"),  # fullwidth two
+    ("AUTOTUNE_GPU_SLOT_LOADS_PER_DEVICE", "-1"),
+])
+def test_a_count_out_of_bounds_or_not_in_ascii_digits_is_one_line(
+        tmp_path, name, value):
+    env = _env(tmp_path, kind="load", **{name: value})
+    line = _refused(env)
+    assert f"{name}=" in line and "expected a whole number from 1 to" in line
+    assert line.isascii(), line
+
+
+BAD_VISIBLE = {
+    "more devices than any machine": ",".join(["0"] * 10_000),
+    "a terminal escape": "0,\x1b]0;title\x07",
+    "no file name that long": "GPU-" + "a" * 1000,
+    "a path": "0,../../etc/x",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VISIBLE))
+def test_a_bad_cuda_visible_devices_is_one_line(tmp_path, case):
+    env = _env(tmp_path, kind="load")
+    env["CUDA_VISIBLE_DEVICES"] = BAD_VISIBLE[case]
+    line = _refused(env)
+    assert "CUDA_VISIBLE_DEVICES" in line and line.isascii(), line
+    assert len(line) < 400
+    assert not os.path.exists(env["AUTOTUNE_LOCK_DIR"]) or \
+        os.listdir(env["AUTOTUNE_LOCK_DIR"]) == []
+
+
+def test_uuids_and_mig_devices_in_cuda_visible_devices_are_accepted():
+    uuid = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
+    mig = "MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/0"
+    assert gpu_slot.devices({"AUTOTUNE_GPU_SLOT_DEVICES": "3",
+                             "CUDA_VISIBLE_DEVICES": f"{uuid},{mig},-1"}) \
+        == [(uuid, f"dev-{uuid}"), (mig, f"dev-{mig}"), ("-1", "dev--1")]
+
+
+def _slot_files(env):
+    directory = env["AUTOTUNE_LOCK_DIR"]
+    os.makedirs(directory, exist_ok=True)
+    return [os.path.join(directory, f"slot-dev-0-{k}.lock") for k in (0, 1)]
+
+
+@pytest.mark.parametrize("victim_exists", [True, False])
+def test_a_planted_symlink_slot_file_is_not_followed(tmp_path,
+                                                     victim_exists):
+    env = _env(tmp_path, AUTOTUNE_GPU_SLOT_DEVICES="1")
+    victim = tmp_path / "victim"
+    if victim_exists:
+        victim.write_text("keep me\n")
+    os.symlink(victim, _slot_files(env)[0])
+    line = _refused(env)
+    assert "a symbolic link, not a regular file" in line, line
+    if victim_exists:
+        assert victim.read_text() == "keep me\n"
+    else:
+        assert not victim.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "hardlink"])
+def test_a_fifo_directory_or_hard_link_slot_file_is_one_line(tmp_path,
+                                                             kind):
+    env = _env(tmp_path, AUTOTUNE_GPU_SLOT_DEVICES="1")
+    path = _slot_files(env)[0]
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    {"fifo": os.mkfifo, "directory": os.mkdir,
+     "hardlink": lambda p: os.link(victim, p)}[kind](path)
+    line = _refused(env, timeout=30)
+    assert path in line
+    assert {"fifo": "a FIFO, not a regular file",
+            "directory": "a directory, not a regular file",
+            "hardlink": "2 hard links"}[kind] in line, line
+    assert victim.read_text() == "keep me\n"
+
+
+def test_a_read_only_lock_directory_is_one_line(tmp_path):
+    from test_device_lock import _read_only_run
+    env = _env(tmp_path, AUTOTUNE_GPU_SLOT_DEVICES="1")
+    locks = env["AUTOTUNE_LOCK_DIR"]
+    os.makedirs(locks)
+    code = (f"import sys; sys.argv = ['gpu_slot', {sys.executable!r}, "
+            "'-c', 'print(1)']; sys.path.insert(0, "
+            f"{os.path.join(ROOT, 'tools')!r}); import gpu_slot; "
+            "sys.exit(gpu_slot.main())")
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        proc = _read_only_run(locks, code)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    if proc is None:
+        if os.geteuid() == 0:
+            pytest.skip("no read-only bind mount here (unshare -m)")
+        # Not root: a directory without write permission refuses the
+        # create the same way (EACCES instead of EROFS).
+        os.chmod(locks, 0o555)
+        proc = subprocess.run([sys.executable, "-c", code], env=env,
+                              capture_output=True, text=True)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "gpu_slot: error: slot file "), proc.stderr
+    assert "Read-only file system" in lines[0] or \
+        "Permission denied" in lines[0]
+    assert os.listdir(locks) == []
+
+
+def test_the_default_directory_is_this_users_own(tmp_path, monkeypatch):
+    assert gpu_slot.DEFAULT_LOCK_DIR == \
+        f"/tmp/rules_autotune-locks-{os.getuid()}"
+    default = tmp_path / "default"
+    monkeypatch.setattr(gpu_slot, "DEFAULT_LOCK_DIR", str(default))
+    assert gpu_slot.lock_directory({}) == str(default)
+    assert (default.stat().st_mode & 0o777) == 0o700
+    default.rmdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    default.symlink_to(elsewhere)
+    with pytest.raises(gpu_slot.SlotError,
+                       match="a symbolic link, not a directory"):
+        gpu_slot.lock_directory({})
+    if os.geteuid() == 0:
+        default.unlink()
+        default.mkdir()
+        os.chown(default, 65534, 65534)
+        with pytest.raises(gpu_slot.SlotError, match="belongs to uid 65534"):
+            gpu_slot.lock_directory({})
+    # The variable still chooses any directory, shared on purpose or not.
+    shared = tmp_path / "shared"
+    assert gpu_slot.lock_directory({"AUTOTUNE_LOCK_DIR": str(shared)}) == \
+        str(shared)
