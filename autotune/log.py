@@ -22,6 +22,29 @@ _PARAMETER_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,32}$")
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"]*")
 
 
+def printable(text):
+    """`text` as it may be printed on a terminal: every character that is
+    not printable (str.isprintable: the C0 and C1 controls, ESC among them,
+    so no ANSI or OSC sequence; bidirectional overrides; line and paragraph
+    separators; unassigned code points) shown as a Python escape
+    (\\x1b, \\u202e). Names and config values read from a cache file or a
+    remote namespace go through it before they reach a terminal: the file
+    may come from anyone."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape_char(c) for c in text)
+
+
+def _escape_char(char):
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
 def redact_url(url):
     """The URL as it may be printed, whatever its shape: everything between
     `://` and the last `@` (user, password, and any `/`, `@` or `:` a

@@ -39,6 +39,7 @@ from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_DROPIN, INI_KEYS,
 from autotune import codec, flags
 from autotune.cache import merge
 from autotune.cli import cache_tool
+from autotune.log import printable
 from autotune.log import redact_text  # a URL's password never shows
 from autotune.runtime import session as runtime_session
 
@@ -631,7 +632,13 @@ class AutotunePlugin:
         r = self.result
         if r is None:
             return
-        tr = terminalreporter
+        # Kernel names and configs read from cache files: escaped before
+        # they reach the terminal (log.printable).
+        import types
+        tr = types.SimpleNamespace(
+            write_sep=terminalreporter.write_sep,
+            write_line=lambda text, **markup: terminalreporter.write_line(
+                printable(text), **markup))
         tr.write_sep("-", "autotune")
         tr.write_line(
             f"autotune: {r['hits']} hits, "

@@ -37,6 +37,7 @@ from autotune.cli import remote_tool, report
 from autotune.records import KEY_VERSION
 from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
                              ToolError)
+from autotune.log import printable
 
 POLICIES = merge.POLICIES
 
@@ -53,8 +54,8 @@ def _show_candidates(args):
         print(json.dumps(out if len(out) > 1 else out[0], indent=2))
         return 0
     for item in out:
-        print(f"{item['path']}: {len(item['fusions'])} fusions"
-              + (f" of {args.kernel}" if args.kernel else ""))
+        print(printable(f"{item['path']}: {len(item['fusions'])} fusions"
+                        + (f" of {args.kernel}" if args.kernel else "")))
         for record in item["fusions"]:
             print()
             for line in candidate_table(record):
@@ -63,17 +64,20 @@ def _show_candidates(args):
 
 
 def candidate_table(record):
-    """Lines of one fusion's candidate table (show --candidates)."""
-    lines = [f"{record['kernel']} [{record['signature']}] on "
-             f"{record['device']}",
-             f"  winner {record['best']}: {record['reason_text']}"]
+    """Lines of one fusion's candidate table (show --candidates), with
+    what came from the cache escaped (log.printable)."""
+    lines = [printable(f"{record['kernel']} [{record['signature']}] on "
+                       f"{record['device']}"),
+             printable(f"  winner {record['best']}: "
+                       f"{record['reason_text']}")]
     rows = record["candidates"]
     if not rows:
         return lines
-    width = max(len(r["config"]) for r in rows)
+    configs = [printable(r["config"]) for r in rows]
+    width = max(map(len, configs))
     lines.append(f"    {'config':<{width}}  {'time (us)':>12}  {'ratio':>6}"
                  f"  {'spread':>6}  failure")
-    for r in rows:
+    for r, config in zip(rows, configs):
         time = f"{r['run_time_us']:.3f}" if r["run_time_us"] is not None \
             else "-"
         ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
@@ -82,8 +86,8 @@ def candidate_table(record):
         if r["failure_detail"]:
             failure += f" ({r['failure_detail'][:60]})"
         lines.append(f"  {'*' if r['winner'] else ' '} "
-                     f"{r['config']:<{width}}  {time:>12}  {ratio:>6}  "
-                     f"{spread:>6}  {failure}".rstrip())
+                     f"{config:<{width}}  {time:>12}  {ratio:>6}  "
+                     f"{spread:>6}  {printable(failure)}".rstrip())
     return lines
 
 
@@ -105,18 +109,20 @@ def cmd_show(args):
     if args.json:
         print(json.dumps(out if len(out) > 1 else out[0], indent=2))
         return 0
+    # Names and values from the cache are escaped (log.printable): a
+    # cache file may come from anyone, and must not drive the terminal.
     for info in out:
-        print(f"{info['path']}: {info['entries']} entries, "
-              f"{info['bytes']} bytes; oldest {info['oldest']}, newest "
-              f"{info['newest']}")
+        print(printable(f"{info['path']}: {info['entries']} entries, "
+                        f"{info['bytes']} bytes; oldest {info['oldest']}, "
+                        f"newest {info['newest']}"))
         for title, key in (("device", "by_device"), ("kernel", "by_kernel"),
                            ("triton", "by_triton_version")):
             for name, count in info[key].items():
-                print(f"  {title:<7} {count:>8}  {name}")
+                print(f"  {title:<7} {count:>8}  {printable(name)}")
         for item in info.get("list", []):
-            print(f"  {item['kernel']} [{item['signature']}] on "
-                  f"{item['device']}: {item['best']} "
-                  f"({item['run_time_us']:.3f} us)")
+            print(printable(f"  {item['kernel']} [{item['signature']}] on "
+                            f"{item['device']}: {item['best']} "
+                            f"({item['run_time_us']:.3f} us)"))
     return 0
 
 
@@ -423,8 +429,9 @@ def cmd_rekey(args):
             moved += verdict == "rekeyed"
             if verdict == "rekeyed" or args.verbose or \
                     why != "already current":
-                print(f"{path}: {verdict}: {entry.key.kernel} "
-                      f"[{entry.key.signature}] on {entry.key.device}: {why}")
+                print(printable(
+                    f"{path}: {verdict}: {entry.key.kernel} "
+                    f"[{entry.key.signature}] on {entry.key.device}: {why}"))
         if moved and not args.dry_run:
             try:  # atomic: the old file stays whole until the new is in
                 codec.dump_results(new, path)

@@ -10,13 +10,16 @@ the incumbent or as a smaller config the fastest could not beat head to
 head by the rule's margin; the stored times are those the selection saw
 (duelled candidates carry the median of all their timings).
 """
+from autotune.log import printable
 from autotune.records import DEFAULT_RULE
 
 REASONS = ("fastest", "incumbent", "smaller", "only", "not_measured")
 
 
 def winner_reason(entry, rule=DEFAULT_RULE):
-    """(kind, text): kind one of REASONS."""
+    """(kind, text): kind one of REASONS. The configs named in the text
+    are escaped (log.printable): it is printed, and a cache file may come
+    from anyone."""
     best = entry.best
     ok = [c for c in entry.candidates if c.ok]
     tuner = entry.provenance.tuner
@@ -37,8 +40,8 @@ def winner_reason(entry, rule=DEFAULT_RULE):
             return "fastest", (
                 f"fastest; {len(close)} other(s) within the "
                 f"{rule.screen_margin:.0%} screen margin, and it beat the "
-                f"smaller {smaller[0].config.short()} head to head (by "
-                f"more than {rule.min_improvement:.0%})")
+                f"smaller {printable(smaller[0].config.short())} head to "
+                f"head (by more than {rule.min_improvement:.0%})")
         if close:
             return "fastest", (
                 f"fastest; {len(close)} other(s) within the "
@@ -48,11 +51,13 @@ def winner_reason(entry, rule=DEFAULT_RULE):
     gap = fastest.run_time_us / best_time - 1.0 if best_time else 0.0
     if best.sort_key < fastest.config.sort_key:
         return "smaller", (
-            f"tie-break to the smaller config: {fastest.config.short()} "
+            "tie-break to the smaller config: "
+            f"{printable(fastest.config.short())} "
             f"measured {-gap:.1%} faster but was not shown "
             f"{rule.min_improvement:.0%} faster head to head")
     return "incumbent", (
-        f"incumbent kept within the margin: {fastest.config.short()} "
+        "incumbent kept within the margin: "
+        f"{printable(fastest.config.short())} "
         f"measured {-gap:.1%} faster but was not shown "
         f"{rule.incumbent_improvement:.0%} faster head to head")
 

@@ -68,7 +68,9 @@ class TuningProgress:
         if not log.isEnabledFor(level):
             return
         self._clear_live()
-        log.log(level, text)
+        # Kernel names, config values and failure details can come from a
+        # cache file: never let one drive the terminal.
+        log.log(level, logs.printable(text))
 
     def _clear_live(self):
         if self._live:
@@ -100,7 +102,7 @@ class TuningProgress:
             self._emit("verbose", "  " + text)
         elif self.terminal and self.verbosity == "normal" and \
                 log.isEnabledFor(logging.INFO):
-            sys.stderr.write(f"\r\x1b[K  {text[:150]}")
+            sys.stderr.write(f"\r\x1b[K  {logs.printable(text)[:150]}")
             sys.stderr.flush()
             self._live = True
         else:
