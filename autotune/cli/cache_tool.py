@@ -253,9 +253,14 @@ def tree_autotuners(modules):
     for name in modules:
         try:
             module = importlib.import_module(name)
-        except Exception as e:  # the module's own code raised
-            raise ToolError(f"--kernel_module={name}: cannot import: "
-                            f"{type(e).__name__}: {e}")
+        # The module's own code raised: anything, KeyboardInterrupt and
+        # SystemExit included, is one line, not a traceback or a silent
+        # exit.
+        except (Exception, KeyboardInterrupt, SystemExit) as e:
+            detail = f": {e}" if str(e) else ""
+            raise ToolError(printable(
+                f"--kernel_module={name}: cannot import: "
+                f"{type(e).__name__}{detail}"[:1000])) from None
         for value in vars(module).values():
             if is_triton_autotuner(value):
                 try:
@@ -419,6 +424,15 @@ def cmd_rekey(args):
             raise ToolError(f"{path}: rekey rewrites results files; convert "
                             "a directory or a remote namespace to a file "
                             "first")
+        if not args.dry_run and os.path.exists(path) and \
+                not codec.is_regular_file(path):
+            # A FIFO or a process substitution (/dev/fd/N) cannot be
+            # rewritten: what rekey wrote would go to the pipe, or replace
+            # the FIFO, instead of to a cache file.
+            raise ToolError(f"{printable(path)}: a pipe or other special "
+                            "file, not a regular file; rekey rewrites its "
+                            "files in place: save the cache to a file first "
+                            "(or look with --dry-run); nothing written")
         entries = read_cache(path)
         materialize(entries, path)
         plans.append((path, entries) + rekey_entries(
