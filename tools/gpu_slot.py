@@ -211,8 +211,9 @@ def _open_slot_file(path):
     except OSError as e:
         kind = _what_is(path)
         if e.errno == errno.ELOOP or kind not in (None, "a regular file"):
-            reason = f"{kind or 'a symbolic link'}, not a regular file; " \
-                     "not followed or used"
+            kind = kind or "a symbolic link"
+            reason = f"{kind}, not a regular file; " + (
+                "not followed" if kind == "a symbolic link" else "not used")
         else:
             reason = e.strerror or str(e)
         raise SlotError(f"slot file {path}: {reason} ({_FIX})") from None
