@@ -17,7 +17,7 @@ LAYERS = (
     ("errors and logging", ("autotune.contract", "autotune.errors",
                             "autotune.log")),
     ("records", ("autotune.records",)),
-    ("keys and flags", ("autotune.keys", "autotune.flags")),
+    ("keys and flags", ("autotune.keys", "autotune.flags", "autotune.unwrap")),
     ("codec", ("autotune.codec", "autotune.proto")),
     ("cache", ("autotune.cache",)),
     ("measure", ("autotune.measure",)),
