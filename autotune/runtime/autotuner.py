@@ -9,10 +9,14 @@ its arguments and their meaning, and persists what it tunes.
     kernel[grid](x, y, n_cols)
 
 A call computes its fusion key from the key arguments, tensor dtypes and
-the untuned constexprs, asks the session (autotune.runtime.session) for the entry,
-and launches with its config; the session tunes through this object on a
-miss. Arguments this project adds (reference=, outputs=, rtol=, atol=,
-space=, search=, ...) are keywords triton.autotune does not have.
+the untuned constexprs, asks the session (autotune.runtime.session) for
+the entry, and launches with its config. On a miss the session calls back
+here: the configs are pruned as Triton prunes them and handed, with the
+call and the tuning keywords, to the miss path (autotune.runtime.tuning),
+which measures and records; this object keeps what Triton's autotuner
+keeps after a tuning. Arguments this project adds (reference=, outputs=,
+rtol=, atol=, space=, search=, ...) are keywords triton.autotune does not
+have.
 """
 import copy
 import hashlib
