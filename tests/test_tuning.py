@@ -83,7 +83,18 @@ class FakeKernel:
             after_kernel()
 
     def launch(self):
-        return tuning.Launch(self.run, {"x": self.x, "y": self.y, "n": 64})
+        return tuning.Launch(self.run, {"x": self.x, "y": self.y, "n": 64},
+                             make_setup=self.make_setup)
+
+    def make_setup(self):
+        """Triton's default hooks stand here: made once per miss, called
+        before every launch."""
+        self.setups_made = getattr(self, "setups_made", 0) + 1
+        self.setups = 0
+
+        def setup():
+            self.setups += 1
+        return setup
 
 
 @pytest.fixture
@@ -200,6 +211,16 @@ def test_pruned_to_one_config_is_recorded_without_a_launch(sess, clock):
     assert entry.best == only and entry.candidates == ()
     assert entry.provenance.tuner == "pruned"
     assert kernel.launches == 0 and tuning_.result is None
+    # Nothing measured: the hooks' snapshot is not even taken.
+    assert getattr(kernel, "setups_made", 0) == 0
+
+
+def test_the_launch_setup_runs_before_every_launch(sess, clock):
+    a, b = config(16), config(32)
+    kernel = FakeKernel(clock, {a: 1.0, b: 2.0})
+    miss(sess, kernel, configs=[a, b]).run()
+    assert kernel.setups_made == 1
+    assert kernel.setups == kernel.launches == 8  # 2 x (checked + 3 timed)
 
 
 def test_the_first_config_is_the_reference_when_none_is_given(sess, clock):

@@ -669,7 +669,7 @@ class Autotuner(TritonAutotuner):
         launch = tuning.Launch(
             lambda config, after_kernel=None: self._launch_candidate(
                 config, grid, args, kwargs, named, after_kernel),
-            named, setup=self._tuning_setup(named),
+            named, make_setup=lambda: self._tuning_setup(named),
             time_fn=self._time_fn(sess.backend), kernel=self, grid=grid,
             args=args, kwargs=kwargs)
         options = tuning.TuningOptions(

@@ -44,7 +44,9 @@ class Launch(NamedTuple):
     and before a post-launch hook restores anything.
     named: the call's arguments by name (the tensors are restored between
     candidates and compared with the reference).
-    setup: called before every launch, outside the time (None: nothing).
+    make_setup() -> setup or None: called once, when the miss measures
+    anything (a setup snapshots the arguments it restores); setup() is then
+    called before every launch, outside the time.
     time_fn(run, setup) -> backends.Timing: how a candidate is timed (None:
     the backend's timing).
     kernel, grid, args, kwargs: the kernel object and the call, for what
@@ -53,7 +55,7 @@ class Launch(NamedTuple):
     """
     run: Callable
     named: dict
-    setup: Optional[Callable] = None
+    make_setup: Optional[Callable] = None
     time_fn: Optional[Callable] = None
     kernel: Any = None
     grid: Any = None
@@ -198,7 +200,8 @@ class Tuning:
             on_benchmark=sess.count_benchmark, name=opts.name,
             compile_checker=checker,
             on_compile_rejected=sess.count_compile_rejected,
-            launch_checked=launch.run, setup=launch.setup,
+            launch_checked=launch.run,
+            setup=launch.make_setup() if launch.make_setup else None,
             time_fn=launch.time_fn)
 
     def _worker_pool(self, evaluator):
