@@ -13,6 +13,7 @@ torch to ask whether the GPU is usable: a project that merely has the
 package installed must neither see the one nor wait for the other.
 """
 import os
+import types
 
 import iniconfig  # pytest's own ini reader, one of its dependencies
 import pytest
@@ -131,6 +132,15 @@ def override_ini_names(options):
             for item in getattr(options, "override_ini", None) or ()]
 
 
+# What the plugin needs of this module, handed to it by pytest_configure:
+# the plugin does not import this module (the entry point loads the
+# plugin, never the other way round).
+INI = types.SimpleNamespace(
+    cache=INI_CACHE, require=INI_REQUIRE, backend=INI_BACKEND,
+    dropin=INI_DROPIN, keys=INI_KEYS, file_keys=ini_file_keys,
+    override_names=override_ini_names)
+
+
 def pytest_load_initial_conftests(early_config, parser, args):
     """A session that uses autotuning imports the package before the
     project's conftest files: a conftest that imports kernels decorates
@@ -146,6 +156,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
         if backend == "interpreter" and \
                 os.environ.get("TRITON_INTERPRET") is None:
             os.environ["TRITON_INTERPRET"] = "1"
+    # The package, only now: for a session that asks for autotuning.
     import autotune
     # Before the conftest files too: kernels they decorate with
     # triton.autotune get this project's autotuner.
@@ -161,13 +172,15 @@ def pytest_configure(config):
     if config.option.help or config.option.version:
         return
     if asks_for_autotune(config):
+        # The package, only for a session that asks for autotuning.
         from autotune import pytest_plugin
-        pytest_plugin.configure(config)
+        pytest_plugin.configure(config, INI)
 
 
 @pytest.fixture
 def autotune_stats(request):
     """The current autotuning session's statistics (hits, tuned, misses,
     candidate_benchmarks, tuning_seconds, saved_seconds)."""
+    # The package, only for a test that asks for the fixture.
     from autotune import pytest_plugin
     return pytest_plugin.stats_view(request)

@@ -30,12 +30,6 @@ import tempfile
 
 import pytest
 
-# The entry point declares the options and ini keys and hands a session
-# that asks for autotuning to configure() below; it imports nothing of the
-# package itself, so that installed, it costs other projects nothing.
-from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_DROPIN, INI_KEYS,
-                             INI_REQUIRE, ini_file_keys, override_ini_names)
-
 from autotune import codec, flags
 from autotune.cache import merge
 from autotune.cli import cache_tool
@@ -52,11 +46,16 @@ WORKER_KEY = "autotune"
 SHARED_DIR_KEY = "autotune_shared_fusion_dir"
 
 
-def configure(config):
+def configure(config, ini):
     """Called by the entry point (pytest_autotune) for a session that asks
     for autotuning: checks the settings and registers the session's
     plugin. (`autotune_backend = interpreter` took effect earlier, before
-    the conftest files: see pytest_autotune.)"""
+    the conftest files: see pytest_autotune.)
+
+    ini: the entry point's ini key names and readers (pytest_autotune.INI).
+    The entry point declares them and hands them over; this module does
+    not import it, so the two cannot import each other."""
+    config.stash[_INI] = ini
     settings = Settings.from_config(config)
     if settings is None:
         return
@@ -85,6 +84,7 @@ class Settings:
     @classmethod
     def from_config(cls, config):
         _check_ini_keys(config)
+        ini = config.stash[_INI]
         opt = config.option
         if getattr(opt, "autotune_update_all", False):
             # An update too, for conftests that ask
@@ -93,7 +93,7 @@ class Settings:
         ini_dir = str(config.inipath.parent) if config.inipath \
             else str(config.rootpath)
         cache = opt.autotune_cache
-        given = cache or str(config.getini(INI_CACHE) or "").strip()
+        given = cache or str(config.getini(ini.cache) or "").strip()
         if "://" in given:
             raise _usage(f"{given}: the cache is a results file; a remote "
                          "cache is set with AUTOTUNE_FLAGS="
@@ -101,20 +101,20 @@ class Settings:
         if cache:
             cache = os.path.join(str(config.invocation_params.dir), cache)
         else:
-            ini_cache = str(config.getini(INI_CACHE) or "").strip()
-            if not ini_cache and _ini_given(config, INI_CACHE):
-                raise _usage(f"ini {INI_CACHE} is blank "
-                             f"{_ini_source(config, INI_CACHE)}: give a "
+            ini_cache = str(config.getini(ini.cache) or "").strip()
+            if not ini_cache and _ini_given(config, ini.cache):
+                raise _usage(f"ini {ini.cache} is blank "
+                             f"{_ini_source(config, ini.cache)}: give a "
                              "results file, or remove the key")
             cache = os.path.join(ini_dir, ini_cache) if ini_cache else None
         require = opt.autotune_require_complete
         if require is None:
-            require = _ini_bool(config, INI_REQUIRE)
-        _ini_bool(config, INI_DROPIN)  # acted on before the conftest files
-        backend = (config.getini(INI_BACKEND) or "auto").strip()
+            require = _ini_bool(config, ini.require)
+        _ini_bool(config, ini.dropin)  # acted on before the conftest files
+        backend = (config.getini(ini.backend) or "auto").strip()
         if backend not in BACKENDS:
-            raise _usage(f"ini {INI_BACKEND} = {backend!r} "
-                         f"{_ini_source(config, INI_BACKEND)}: expected one "
+            raise _usage(f"ini {ini.backend} = {backend!r} "
+                         f"{_ini_source(config, ini.backend)}: expected one "
                          f"of {', '.join(BACKENDS)}")
         report = opt.autotune_report
         if report:
@@ -127,7 +127,7 @@ class Settings:
                  opt.autotune_require_complete),
                 ("--autotune-report", report)) if on]
             if asked:
-                raise _usage(f"{asked[0]} needs a cache: set {INI_CACHE} in "
+                raise _usage(f"{asked[0]} needs a cache: set {ini.cache} in "
                              "the ini file or pass --autotune-cache=PATH")
             return None
         cache = os.path.normpath(cache)
@@ -177,22 +177,23 @@ class Settings:
 
 def _check_ini_keys(config):
     """A misspelt autotune ini key would silently do nothing."""
-    for name in ini_file_keys(config):
-        if name.startswith("autotune") and name not in INI_KEYS:
-            close = difflib.get_close_matches(name, INI_KEYS, n=1)
+    ini = config.stash[_INI]
+    for name in ini.file_keys(config):
+        if name.startswith("autotune") and name not in ini.keys:
+            close = difflib.get_close_matches(name, ini.keys, n=1)
             hint = f"did you mean {close[0]}? " if close else ""
             raise _usage(f"unknown ini key {name!r} in {config.inipath}; "
-                         f"{hint}known keys: {', '.join(INI_KEYS)}")
+                         f"{hint}known keys: {', '.join(ini.keys)}")
 
 
 def _ini_given(config, name):
     return name in (getattr(config, "inicfg", {}) or {}) or \
-        name in override_ini_names(config.option)
+        name in config.stash[_INI].override_names(config.option)
 
 
 def _ini_source(config, name):
     """Where an ini value came from, for messages: -o beats the file."""
-    if name in override_ini_names(config.option):
+    if name in config.stash[_INI].override_names(config.option):
         return "(given with -o/--override-ini)"
     if config.inipath:
         return f"in {config.inipath}"
@@ -225,6 +226,7 @@ def _write_problem(directory):
 
 
 _PLUGIN = pytest.StashKey()
+_INI = pytest.StashKey()
 _ITEM_START = pytest.StashKey()
 _MARKER_ERROR = pytest.StashKey()
 

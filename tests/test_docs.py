@@ -335,3 +335,164 @@ def test_cache_tool_commands_named_in_docs_exist():
     unknown = sorted(used - known)
     assert not unknown, (f"docs name cache tool commands it lacks: {unknown} "
                          f"(it has {sorted(known)})")
+
+
+# -- paths and functions named in backticks ----------------------------------
+
+# Made by a command the docs give, not part of the repository: .ci/run
+# makes the virtual environments and installs buildifier under .ci/npm;
+# the GPU check's wheels are downloaded into bench/wheels.
+GENERATED = (".ci/venv", ".ci/npm", ".ci/venv-pytest-newest", "bench/wheels")
+# The package's subpackages: docstrings inside it name their modules
+# relative to autotune/ (`runtime/triton_patch.py`).
+PACKAGE = os.path.join(ROOT, "autotune")
+SPAN = re.compile(r"`([^`\n]+)`")
+REFERENCE = re.compile(r"((?:autotune|pytest_autotune|tools|bench)"
+                       r"[\w.]*|[\w/]+\.py):([A-Za-z_][\w.]*)")
+
+
+def _top_level_names():
+    return {name for name in os.listdir(ROOT) if not name.startswith(".")} \
+        | {".ci"}
+
+
+def python_sources():
+    """The files whose docstrings are read: the package, the pytest entry
+    point and the scripts."""
+    paths = [os.path.join(ROOT, "pytest_autotune.py")]
+    for folder in ("autotune", "tools", "bench"):
+        for dirpath, dirnames, files in os.walk(os.path.join(ROOT, folder)):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            paths += [os.path.join(dirpath, f) for f in files
+                      if f.endswith(".py") and not f.endswith("_pb2.py")]
+    return sorted(paths)
+
+
+def docstrings(path):
+    import ast
+    tree = ast.parse(_read(path), path)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                             ast.AsyncFunctionDef)):
+            text = ast.get_docstring(node, clean=False)
+            if text:
+                yield text
+
+
+def backticked():
+    """{span: [where, ...]} of the inline code spans of docs/ (outside
+    fenced blocks) and of every docstring."""
+    found = {}
+    for page in doc_pages():
+        path = os.path.join(DOCS, page)
+        for span in SPAN.findall(_without_fences(_read(path))):
+            found.setdefault(span, []).append(f"docs/{page}")
+    for path in python_sources():
+        rel = os.path.relpath(path, ROOT)
+        for text in docstrings(path):
+            for span in SPAN.findall(text):
+                found.setdefault(span, []).append(rel)
+    return found
+
+
+def repository_path(span):
+    """The path a span names in the repository (None: it names none): one
+    word with a slash, starting at a top-level entry or, for the
+    package's own modules, at one of its subpackages."""
+    if re.search(r"\s|://|^[/@:$~<-]", span) or "/" not in span:
+        return None
+    path = span.split("#")[0]
+    first = path.split("/")[0]
+    if first in _top_level_names():
+        return path
+    if os.path.isdir(os.path.join(PACKAGE, first)):
+        return "autotune/" + path
+    return None
+
+
+def _exists(path):
+    if any(path == g or path.startswith(g + "/") for g in GENERATED):
+        return True
+    import glob
+    return bool(glob.glob(os.path.join(ROOT, path.rstrip("/"))))
+
+
+def _module_file(module):
+    if module.endswith(".py"):
+        candidates = [module, "autotune/" + module]
+    else:
+        base = module.replace(".", "/")
+        candidates = [base + ".py", base + "/__init__.py"]
+    for candidate in candidates:
+        if os.path.isfile(os.path.join(ROOT, candidate)):
+            return os.path.join(ROOT, candidate)
+    return None
+
+
+def defines(path, dotted):
+    """Whether the module at `path` defines `dotted` (a function, class or
+    name at its top level; Class.method inside a class)."""
+    import ast
+    body = ast.parse(_read(path), path).body
+    for part in dotted.split("."):
+        names = {}
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.ClassDef)):
+                names[node.name] = getattr(node, "body", [])
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        names[target.id] = []
+            elif isinstance(node, ast.AnnAssign) and \
+                    isinstance(node.target, ast.Name):
+                names[node.target.id] = []
+        if part not in names:
+            return False
+        body = names[part]
+    return True
+
+
+def missing_references(spans):
+    missing = []
+    for span, where in sorted(spans.items()):
+        reference = REFERENCE.fullmatch(span)
+        if reference:
+            module, name = reference.groups()
+            path = _module_file(module)
+            if path is None or not defines(path, name):
+                missing.append(f"{span} (in {', '.join(sorted(set(where)))})")
+            continue
+        path = repository_path(span)
+        if path is not None and not _exists(path):
+            missing.append(f"{span} (in {', '.join(sorted(set(where)))})")
+    return missing
+
+
+def test_paths_and_functions_named_in_backticks_exist():
+    missing = missing_references(backticked())
+    assert not missing, ("docs and docstrings name paths or functions that "
+                         "do not exist:\n" + "\n".join(missing))
+
+
+def test_the_backtick_check_can_fail():
+    # Docstrings are read too (the entry point's names its -p switch).
+    assert "pytest_autotune.py" in backticked()["-p no:pytest_autotune"]
+    assert missing_references({
+        "autotune/runtime/tuning.py": ["x"],
+        "runtime/tuning.py": ["x"],
+        "tools/*.py": ["x"],
+        "docs/design.md#layers": ["x"],
+        "autotune.runtime.tuning:Tuning.run": ["x"],
+        "autotune/runtime/tuning.py:tune_with_search": ["x"],
+        ".ci/venv/bin": ["x"],
+        "python3 tools/gone.py": ["x"],  # a command: checked elsewhere
+    }) == []
+    assert missing_references({
+        "autotune/runtime/gone.py": ["a"],
+        "measure/gone.py": ["b"],
+        "autotune.runtime.tuning:Tuning.gone": ["c"],
+        "autotune.runtime.gone:Tuning": ["d"],
+    }) == ["autotune.runtime.gone:Tuning (in d)",
+           "autotune.runtime.tuning:Tuning.gone (in c)",
+           "autotune/runtime/gone.py (in a)", "measure/gone.py (in b)"]

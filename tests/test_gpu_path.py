@@ -513,11 +513,12 @@ def test_gpu_miss_compiles_candidates_ahead_in_a_pool(monkeypatch,
     tuner_ = tiny_kernels.AXPB
     named = {"x": torch.arange(16.0), "y": torch.empty(16), "n": 16,
              "alpha": 2.0}
-    tuner_._compile_ahead(sess, tiny_kernels.GOOD, named)
+    miss = tuner_._miss(sess, None, named, None, (), {})
+    miss.compile_ahead(tiny_kernels.GOOD)
     ((module, attr, signature, configs, target, jobs),) = calls
     assert (module, attr) == ("tiny_kernels", "AXPB")
     assert target.name == "sm_90" and jobs == 2  # no more jobs than configs
     assert configs == tiny_kernels.GOOD and signature["n"] == "i32:16"
     sess.options.autotune_compile_jobs = 1
-    tuner_._compile_ahead(sess, tiny_kernels.GOOD, named)
+    miss.compile_ahead(tiny_kernels.GOOD)
     assert len(calls) == 1

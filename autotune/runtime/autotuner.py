@@ -9,10 +9,14 @@ its arguments and their meaning, and persists what it tunes.
     kernel[grid](x, y, n_cols)
 
 A call computes its fusion key from the key arguments, tensor dtypes and
-the untuned constexprs, asks the session (autotune.runtime.session) for the entry,
-and launches with its config; the session tunes through this object on a
-miss. Arguments this project adds (reference=, outputs=, rtol=, atol=,
-space=, search=, ...) are keywords triton.autotune does not have.
+the untuned constexprs, asks the session (autotune.runtime.session) for
+the entry, and launches with its config. On a miss the session calls back
+here: the configs are pruned as Triton prunes them and handed, with the
+call and the tuning keywords, to the miss path (autotune.runtime.tuning),
+which measures and records; this object keeps what Triton's autotuner
+keeps after a tuning. Arguments this project adds (reference=, outputs=,
+rtol=, atol=, space=, search=, ...) are keywords triton.autotune does not
+have.
 """
 import copy
 import hashlib
@@ -25,16 +29,19 @@ import warnings
 
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-from autotune import log as logs
-from autotune.errors import AutotuneArgumentError, AutotuneWarning
-from autotune.measure import backends
 from autotune import keys as keys_module
-from autotune.measure import tuner
-from autotune.records import Config, Entry
-from autotune.runtime.session import AutotuneError, session
+from autotune import unwrap
 from autotune.cache import neighbours as reuse
-from autotune.runtime import (distributed, parallel, progress as progress_module,
-                              tuning)
+from autotune.errors import (AutotuneArgumentError, AutotuneError,
+                             AutotuneWarning)
+from autotune.measure import backends, tuner
+from autotune.records import Config
+from autotune.runtime import tuning
+from autotune.runtime.session import session
+
+SEARCHES = ("exhaustive", "evolutionary")
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg",
+                   "ir_override")
 
 
 def _check_callables(tuner_, prune, reference):
@@ -85,44 +92,12 @@ def _check_callables(tuner_, prune, reference):
             + " (give it those parameters, or **kwargs)")
 
 
-
-
-
-
-log = logs.get("tuning")
-
-SEARCHES = ("exhaustive", "evolutionary")
-_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg",
-                   "ir_override")
-
-
-def _base_function(kernel):
-    """The Python function under a JITFunction, an InterpretedFunction, or
-    a stack of triton.heuristics (each has .fn)."""
-    fn = kernel
-    while not inspect.isfunction(fn):
-        inner = getattr(fn, "fn", None)
-        if inner is None:
-            raise AutotuneError(f"{kernel!r} is not a @triton.jit kernel")
-        fn = inner
-    return fn
-
-
-def _jit_function(kernel):
-    """The innermost kernel object: the one whose .fn is the function."""
-    obj = kernel
-    while not inspect.isfunction(getattr(obj, "fn", None)):
-        obj = obj.fn
-    return obj
-
-
 def _heuristic_sources(kernel):
     """Sources of the triton.heuristics functions between this autotuner
     and the kernel: they set constexprs, so they are part of the code."""
     parts = []
-    obj = kernel
-    while not inspect.isfunction(getattr(obj, "fn", None)):
-        for name, fn in sorted(getattr(obj, "values", {}).items()):
+    for layer in unwrap.layers(kernel)[:-1]:
+        for name, fn in sorted(getattr(layer, "values", {}).items()):
             try:
                 text = inspect.getsource(fn)
             except (OSError, TypeError):
@@ -130,7 +105,6 @@ def _heuristic_sources(kernel):
                 text = repr((code.co_code, code.co_consts)) if code else \
                     repr(fn)
             parts.append(f"{name}\0{text}")
-        obj = obj.fn
     return parts
 
 
@@ -166,6 +140,8 @@ def _zero_bytes(tensor):
     views and inference tensors can be reset."""
     state = tuner.ArgumentState({"t": tensor})
     for view, lo, snap in state.regions.values():
+        # The tensor's own library, loaded by whoever made the tensor: not
+        # imported with this module, which Triton alone can load.
         import torch
         with torch.no_grad():
             view[lo:lo + snap.numel()].zero_()
@@ -187,7 +163,6 @@ _NO_DTYPE = itertools.repeat(None)
 
 def _triton_prints_autotuning():
     """TRITON_PRINT_AUTOTUNING=1, or triton.knobs.autotuning.print set."""
-    import os
     return _triton_knob("print") or os.environ.get(
         "TRITON_PRINT_AUTOTUNING", "") in ("1", "true", "on", "yes")
 
@@ -239,7 +214,7 @@ class Autotuner(TritonAutotuner):
                  name=None, space=None, search="exhaustive", budget=None,
                  seed=0, timeout_s=60.0, time_budget_s=None):
         self.fn = self.kernel = fn
-        self.base_fn = _base_function(fn)
+        self.base_fn = unwrap.python_function(fn)
         self.name = name or self.base_fn.__name__
         code = self.base_fn.__code__
         self.arg_names = list(arg_names or getattr(fn, "arg_names", None)
@@ -395,7 +370,7 @@ class Autotuner(TritonAutotuner):
         return self._fingerprint_by(keys_module.source_text_fingerprint)
 
     def _fingerprint_by(self, kernel_fingerprint):
-        fingerprint = kernel_fingerprint(_jit_function(self.kernel))
+        fingerprint = kernel_fingerprint(unwrap.jit_function(self.kernel))
         heuristics = _heuristic_sources(self.kernel)
         if heuristics:
             fingerprint = hashlib.sha256("\0".join(
@@ -496,7 +471,7 @@ class Autotuner(TritonAutotuner):
             from triton.runtime.interpreter import InterpretedFunction
         except ImportError:
             return
-        if not isinstance(_jit_function(self.kernel), InterpretedFunction):
+        if not isinstance(unwrap.jit_function(self.kernel), InterpretedFunction):
             raise AutotuneError(
                 f"{self.name}: this session runs kernels on Triton's "
                 "interpreter (no GPU), but the kernel was decorated with "
@@ -670,139 +645,43 @@ class Autotuner(TritonAutotuner):
             warnings.warn(text, AutotuneWarning, stacklevel=_caller_level())
 
     def _tune(self, sess, key, named, grid, args, kwargs, seeds):
+        """The entry for a miss: the configs pruned as Triton prunes them,
+        tuned by the miss path (autotune.runtime.tuning), and what Triton's
+        autotuner leaves on the object after a tuning."""
         if grid is None:
             raise AutotuneError(f"{self.name}: miss for {key.describe()} in "
                                 "lookup_config(); call the kernel to tune it")
         self.nargs = dict(zip(self.arg_names, args))
         try:
-            # One tuner per device: measuring waits for the device's lock.
-            with sess.device_turn(key):
-                return self._tune_pruned(sess, key, named, grid, args,
-                                         kwargs, seeds)
+            configs = None
+            if self.space is None:
+                configs = self._convert(self.prune_configs(kwargs))
+            miss = self._miss(sess, key, named, grid, args, kwargs, configs)
+            entry = miss.run(seeds)
+            if miss.result is not None:
+                self._after_tuning(named, miss.result)
+            return entry
         finally:
             self.nargs = None
 
-    def _tune_pruned(self, sess, key, named, grid, args, kwargs, seeds):
-        configs = None
-        if self.space is None:
-            configs = self._convert(self.prune_configs(kwargs))
-            seeds = [s for s in seeds if s in configs]
-            if len(set(configs)) == 1:
-                # Pruned to one: stored without benchmarking, as Triton
-                # does, so a cached run launches the same config.
-                result = tuner.TuneResult([], None, 0.0, 0.0, "pruned")
-                return Entry(key, configs[0], 0.0, (),
-                             tuner.provenance_for(sess.backend, result))
-        evaluator = self._evaluator(sess, named, grid, args, kwargs)
-        # The cached config of this fusion, if any: kept unless beaten.
-        incumbent = sess.incumbent_config(key)
-        # Ranks of a torch.distributed job split the candidates and agree
-        # on one winner: the shared evaluator is the pool too.
-        shared = distributed.share(sess, key, evaluator, incumbent, seeds)
-        evaluator = shared or evaluator
-        progress = None
-        # --autotune_workers: the candidates are measured in worker
-        # processes (None: in this process).
-        pool = shared or parallel.CandidatePool.for_miss(
-            evaluator, sess.options.autotune_workers, sess.backend, self,
-            grid, args, kwargs, take_device=sess.take_device)
-        try:
-            if self.space is None or self.search == "exhaustive":
-                todo = self._candidate_list(configs, seeds, incumbent)
-                self._compile_ahead(sess, todo, named)
-                progress = self._progress(sess, key, len(set(todo)))
-                result = tuner.run_candidates(
-                    evaluator if pool is None else pool.replay(evaluator),
-                    todo, "seeded" if seeds else "exhaustive",
-                    incumbent=incumbent, progress=progress)
-            else:
-                result, progress = self._search(sess, key, evaluator, pool,
-                                                seeds, incumbent)
-        except AutotuneError as e:
-            if progress is not None:
-                progress.failed(e)
-            raise
-        finally:
-            if pool is not None:
-                pool.close()
-        progress.finish(result)
-        self._report(evaluator, result)
-        return self._entry_of(sess, key, named, result)
+    def _miss(self, sess, key, named, grid, args, kwargs, configs=None):
+        """The miss path of one call (autotune.runtime.tuning.Tuning)."""
+        launch = tuning.Launch(
+            lambda config, after_kernel=None: self._launch_candidate(
+                config, grid, args, kwargs, named, after_kernel),
+            named, make_setup=lambda: self._tuning_setup(named),
+            time_fn=self._time_fn(sess.backend), kernel=self, grid=grid,
+            args=args, kwargs=kwargs)
+        options = tuning.TuningOptions(
+            self.name, configs, space=self.space, search=self.search,
+            budget=self.budget, seed=self.seed,
+            time_budget_s=self.time_budget_s, timeout_s=self.timeout_s,
+            reference=self.reference, outputs=self.outputs, rtol=self.rtol,
+            atol=self.atol, warn_once=self._warn_once)
+        return tuning.Tuning(sess, key, launch, options)
 
-    def _evaluator(self, sess, named, grid, args, kwargs):
-        """The CandidateEvaluator of one fusion's launch: how a config is
-        run, restored between runs, checked and timed."""
-        tensors = {k: v for k, v in named.items()
-                   if hasattr(v, "untyped_storage")}
-        reference = None
-        if self.reference is not None:
-            def reference(**_tensors):
-                result = self.reference(**named)  # may return (rtol, atol)
-                if result is not None and not (
-                        isinstance(result, tuple) and len(result) == 2) \
-                        and not any(result is v for v in named.values()):
-                    # (Returning the output it wrote, as y.copy_() does, is
-                    # fine.)
-                    self._warn_once("reference-return", (
-                        f"autotune: {self.name}: reference= returned a "
-                        f"{type(result).__name__}, which is ignored (only an "
-                        "(rtol, atol) pair is read): it must write the "
-                        "expected values into the output tensors, in place"))
-                return result
-        checker = None
-        if sess.options.autotune_compile_check:
-            from autotune.measure import compile_check
-            checker = compile_check.Checker(
-                sess.options.autotune_compile_check,
-                _jit_function(self.kernel), named)
-        return tuner.CandidateEvaluator(
-            sess.backend,
-            lambda config: self._launch_candidate(config, grid, args, kwargs,
-                                                  named),
-            tensors, outputs=self.outputs, reference=reference,
-            rtol=self.rtol, atol=self.atol, timeout_s=self.timeout_s,
-            on_benchmark=sess.count_benchmark,
-            name=self.name, compile_checker=checker,
-            on_compile_rejected=sess.count_compile_rejected,
-            launch_checked=lambda config, after: self._launch_candidate(
-                config, grid, args, kwargs, named, after),
-            setup=self._tuning_setup(named),
-            time_fn=self._time_fn(sess.backend))
-
-    def _candidate_list(self, configs, seeds, incumbent):
-        """What a config-list (or exhaustive) tuning measures, in order:
-        seeds first; with seeds, a short list (half the rest, and the
-        incumbent)."""
-        if self.space is not None:
-            configs = self.space.configs()
-        rest = [c for c in configs if c not in seeds]
-        if seeds:
-            rest = rest[:max(1, len(rest) // 2)]
-            if incumbent in configs and incumbent not in seeds \
-                    and incumbent not in rest:
-                rest.append(incumbent)
-        return list(seeds) + rest
-
-    def _search(self, sess, key, evaluator, pool, seeds, incumbent):
-        """An evolutionary search over the space; (result, progress)."""
-        budget = self.budget
-        if seeds and budget:
-            budget = max(len(seeds) + 1, budget // 2)
-        first = list(seeds)
-        if incumbent is not None and incumbent not in first:
-            first.append(incumbent)
-        progress = self._progress(sess, key, len(self.space),
-                                  budget or max(16, min(len(self.space), 64)))
-        result = tuning.tune_with_search(
-            evaluator, self.space, budget=budget, seed=self.seed,
-            seeds=first, pool=pool, time_budget_s=self.time_budget_s,
-            progress=progress, clock=pool.agreed_seconds
-            if isinstance(pool, distributed.SharedEvaluator) else None)
-        return tuner.reselect(evaluator, result, incumbent), progress
-
-    def _entry_of(self, sess, key, named, result):
-        """The cache entry of a finished tuning, with what Triton's
-        autotuner leaves on the object after one."""
+    def _after_tuning(self, named, result):
+        """What Triton's autotuner does and leaves after a tuning."""
         best = result.best.config
         # Triton resets reset_to_zero once more before the real launch.
         self.pre_hook({**named, **best.all_kwargs()}, reset_only=True)
@@ -814,74 +693,6 @@ class Autotuner(TritonAutotuner):
             [c.run_time_us / 1000.0 if c.ok else float("inf")]
             for c in result.candidates}
         self.bench_time = result.seconds
-        return Entry(key, best, result.best.run_time_us,
-                     sorted(result.candidates,
-                            key=lambda c: c.config.sort_key),
-                     tuner.provenance_for(sess.backend, result))
-
-    def _progress(self, sess, key, candidates, budget=None):
-        """The progress lines of this fusion's tuning, started."""
-        progress = progress_module.TuningProgress(
-            self.name, key.signature, candidates,
-            verbosity=sess.options.autotune_verbosity, budget=budget,
-            search=self.search)
-        progress.start()
-        return progress
-
-    def _compile_ahead(self, sess, configs, named):
-        """--autotune_compile_jobs on the GPU backend: compile the
-        candidates for the device's target in spawned processes into
-        Triton's on-disk cache while nothing is timed, so that each first
-        launch while measuring loads its binary instead of compiling it.
-        Needs the kernel under a module-level name (the processes import
-        it); otherwise candidates compile as they first run."""
-        jobs = sess.options.autotune_compile_jobs or min(os.cpu_count() or 1,
-                                                         8)
-        configs = list(dict.fromkeys(configs))
-        if sess.backend.name != "gpu" or jobs <= 1 or len(configs) <= 1:
-            return
-        where = parallel.module_name_of(self)
-        if where is None:
-            log.info(f"autotune: {self.name} is not a module-level name: "
-                     "its candidates compile in this process")
-            return
-        from autotune.measure import compile_check
-        import torch
-        major, minor = torch.cuda.get_device_capability(sess.backend.device)
-        target = compile_check.Target(f"sm_{major}{minor}",
-                                      major * 10 + minor)
-        start = time.perf_counter()
-        try:
-            signature = compile_check.launch_signature(self.base_fn, named)
-            results = compile_check.compile_ahead(
-                where[0], where[1], signature, configs, target,
-                min(jobs, len(configs)))
-        except Exception as e:  # the measurement compiles what is missing
-            detail = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-            log.warning(f"autotune: {self.name}: compiling ahead failed "
-                        f"({detail}); candidates compile as they first run")
-            return
-        failed = sum(not r["ok"] for r in results)
-        log.info(f"autotune: {self.name}: {len(configs)} configs compiled "
-                 f"ahead in {time.perf_counter() - start:.1f} s with {jobs} "
-                 f"jobs ({failed} did not compile or exceed {target.name})")
-
-    def _report(self, evaluator, result):
-        if self.reference is not None or len(result.candidates) < 2:
-            return
-        if evaluator.reference_config is not None:
-            self._warn_once("reference", (
-                f"autotune: {self.name} has no reference=: its first "
-                f"config that ran ({evaluator.reference_config.short()}) "
-                "is the reference the other candidates are checked against"))
-        wrong = [c for c in result.candidates if c.failure == "WRONG_RESULT"]
-        if wrong and self.outputs is None:
-            self._warn_once("wrong", (
-                f"autotune: {self.name}: {len(wrong)} config(s) dropped as "
-                f"wrong results, e.g. {wrong[0].config.short()}: "
-                f"{wrong[0].failure_detail}. If that tensor is scratch "
-                "space whose contents may differ by config, name the real "
-                "outputs with outputs=[...]"))
 
 
 def autotune(configs=None, key=(), prune_configs_by=None, reset_to_zero=None,
