@@ -33,7 +33,7 @@ from autotune import codec
 from autotune.cache import merge
 from autotune.cache import io as cache_io
 from autotune.cache.io import materialize, read_cache, stats, write_cache
-from autotune.cli import remote_tool, report
+from autotune.cli import merge_driver, remote_tool, report
 from autotune.records import KEY_VERSION
 from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
                              ToolError)
@@ -590,6 +590,7 @@ def build_parser():
     p.set_defaults(func=cmd_convert)
 
     report.add_subcommand(sub)
+    merge_driver.add_subcommand(sub, POLICIES)
     remote_tool.add_subcommands(sub, POLICIES)
     for command in {id(p): p for p in sub.choices.values()}.values():
         command.add_argument(
