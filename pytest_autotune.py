@@ -26,7 +26,9 @@ INI_CACHE = "autotune_cache"
 INI_REQUIRE = "autotune_require_complete"
 INI_BACKEND = "autotune_backend"
 INI_DROPIN = "autotune_dropin"
-INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND, INI_DROPIN)
+INI_VERSION_MATCH = "autotune_version_match"
+INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND, INI_DROPIN,
+            INI_VERSION_MATCH)
 INI_TRUE = ("1", "true", "yes", "on")
 _PATH = dict(metavar="PATH", default=None)
 _SWITCH = dict(action="store_true", default=False)
@@ -69,6 +71,9 @@ def pytest_addoption(parser):
     parser.addini(INI_REQUIRE, "true: fail every test that misses the cache",
                   default="false")
     parser.addini(INI_BACKEND, "auto | gpu | interpreter", default="auto")
+    parser.addini(INI_VERSION_MATCH, "loose | strict: an entry tuned under "
+                  "another Triton, torch or CUDA major.minor is a counted hit "
+                  "(loose) or stale (strict)", default="")
     parser.addini(INI_DROPIN, "true: route unedited @triton.autotune "
                   "kernels through the cache (as AUTOTUNE_FLAGS="
                   "--autotune_dropin)", default="false")

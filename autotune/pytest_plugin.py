@@ -34,6 +34,7 @@ import pytest
 # that asks for autotuning to configure() below; it imports nothing of the
 # package itself, so that installed, it costs other projects nothing.
 from pytest_autotune import (INI_BACKEND, INI_CACHE, INI_DROPIN, INI_KEYS,
+                             INI_VERSION_MATCH,
                              INI_REQUIRE, ini_file_keys, override_ini_names)
 
 from autotune import codec, flags
@@ -115,6 +116,12 @@ class Settings:
             raise _usage(f"ini {INI_BACKEND} = {backend!r} "
                          f"{_ini_source(config, INI_BACKEND)}: expected one "
                          f"of {', '.join(BACKENDS)}")
+        version_match = (config.getini(INI_VERSION_MATCH) or "").strip()
+        choices = flags.VERSION_MATCHES
+        if version_match and version_match not in choices:
+            raise _usage(f"ini {INI_VERSION_MATCH} = {version_match!r} "
+                         f"{_ini_source(config, INI_VERSION_MATCH)}: expected "
+                         f"one of {', '.join(choices)}")
         report = opt.autotune_report
         if report:
             report = os.path.join(str(config.invocation_params.dir), report)
@@ -141,6 +148,7 @@ class Settings:
                        retune=bool(getattr(opt, "autotune_update_all",
                                            False)))
         settings.shown = shown
+        settings.version_match = version_match or None
         if not hasattr(config, "workerinput"):
             settings.check_paths()
         return settings
@@ -337,6 +345,8 @@ class AutotunePlugin:
                    for f in dataclasses.fields(env)}
         if s.backend != "auto":
             options["autotune_backend"] = s.backend
+        if s.version_match:
+            options["autotune_version_match"] = s.version_match
         if s.update:
             # The cache is the incumbents file: its hits are used as they
             # are and only misses tune, or, with --autotune-update=all,

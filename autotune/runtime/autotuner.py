@@ -33,7 +33,8 @@ from autotune.measure import tuner
 from autotune.records import Config, Entry
 from autotune.runtime.session import AutotuneError, session
 from autotune.cache import neighbours as reuse
-from autotune.runtime import (distributed, parallel, progress as progress_module,
+from autotune.runtime import (distributed, offers, parallel,
+                              progress as progress_module,
                               tuning)
 
 
@@ -473,9 +474,9 @@ class Autotuner(TritonAutotuner):
         key = self._full_key(sess, named)
         started = time.perf_counter()
         entry = sess.resolve(
-            key, lambda seeds: self._tune(sess, key, named, grid, args,
-                                          kwargs, seeds),
-            lambda: self._neighbours(sess, key))
+            key, lambda seeds, only: self._tune(sess, key, named, grid, args,
+                                                kwargs, seeds, only),
+            lambda: self._neighbours(sess, key), self._offer(args, kwargs))
         config = entry.best
         original = self._originals.get(config, config)
         if _triton_prints_autotuning():
@@ -484,6 +485,14 @@ class Autotuner(TritonAutotuner):
         hit = self._memo[fast] = (config, original, config.all_kwargs())
         self.cache[fast] = original
         return hit
+
+    def _offer(self, args, kwargs):
+        """What this decoration offers for a call: its search space, or its
+        configs as Triton prunes them for these arguments."""
+        if self.space is not None:
+            return offers.Offer(space=self.space)
+        return offers.Offer(lambda: self._convert(self.prune_configs(
+            kwargs, dict(zip(self.arg_names, args)))))
 
     def _check_decorated_for(self, backend):
         """Triton decides when a kernel is decorated whether it is
@@ -669,7 +678,7 @@ class Autotuner(TritonAutotuner):
             self._warned.add(what)
             warnings.warn(text, AutotuneWarning, stacklevel=_caller_level())
 
-    def _tune(self, sess, key, named, grid, args, kwargs, seeds):
+    def _tune(self, sess, key, named, grid, args, kwargs, seeds, only=None):
         if grid is None:
             raise AutotuneError(f"{self.name}: miss for {key.describe()} in "
                                 "lookup_config(); call the kernel to tune it")
@@ -678,14 +687,17 @@ class Autotuner(TritonAutotuner):
             # One tuner per device: measuring waits for the device's lock.
             with sess.device_turn(key):
                 return self._tune_pruned(sess, key, named, grid, args,
-                                         kwargs, seeds)
+                                         kwargs, seeds, only)
         finally:
             self.nargs = None
 
-    def _tune_pruned(self, sess, key, named, grid, args, kwargs, seeds):
+    def _tune_pruned(self, sess, key, named, grid, args, kwargs, seeds,
+                     only=None):
         configs = None
         if self.space is None:
             configs = self._convert(self.prune_configs(kwargs))
+            if only is not None:  # an update of configs added to the list
+                configs = [c for c in configs if c in only]
             seeds = [s for s in seeds if s in configs]
             if len(set(configs)) == 1:
                 # Pruned to one: stored without benchmarking, as Triton
