@@ -248,6 +248,13 @@ class Candidate(NamedTuple):
         return self.failure == "NONE"
 
 
+def major_minor(version):
+    """"3.6" of "3.6.0+git1234"; None when `version` does not start with
+    two numbers."""
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
 class Provenance(NamedTuple):
     triton_version: str = ""
     torch_version: str = ""

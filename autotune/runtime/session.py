@@ -8,10 +8,10 @@ holds the caches and the statistics and writes the dump and the report at
 exit.
 """
 import atexit
+import collections
 import contextlib
 import dataclasses
 import json
-import collections
 import os
 import re
 import sys
@@ -25,6 +25,7 @@ from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.cache import neighbours as reuse
 from autotune.contract import REGENERATE_COMMAND, REPORT_FILE
+from autotune.records import major_minor
 
 # The report page a dump target writes next to its dump.
 REPORT_PAGE_FILE = "autotune_report.html"
@@ -109,18 +110,13 @@ VERSION_COMPONENTS = (("Triton", "triton_version"),
                       ("torch", "torch_version"), ("CUDA", "cuda_version"))
 
 
-def _major_minor(version):
-    match = re.match(r"(\d+)\.(\d+)", version or "")
-    return f"{match.group(1)}.{match.group(2)}" if match else None
-
-
 def version_drift(provenance, running):
     """(component, tuned with, running) of the first of Triton, torch and
     CUDA whose major.minor differs between an entry's provenance and the
     running versions; None when none does (or a version is unknown)."""
     for label, field in VERSION_COMPONENTS:
-        then = _major_minor(getattr(provenance, field))
-        now = _major_minor(running.get(field))
+        then = major_minor(getattr(provenance, field))
+        now = major_minor(running.get(field))
         if then and now and then != now:
             return label, then, now
     return None
@@ -252,7 +248,16 @@ class Session:
                             sorted(loaded.by_device.items())) or "none"
         line = (f"autotune: loaded {path}: {len(loaded.entries)} entries "
                 f"({devices}); usable on {self.device_key}: {usable}")
-        if loaded.entries and not usable:
+        other_triton = 0
+        if self.options.autotune_version_match == "loose":
+            mine = _without_triton(self.device_key)
+            other_triton = sum(
+                n for d, n in loaded.by_device.items()
+                if d != self.device_key and _without_triton(d) == mine)
+        if other_triton:
+            line += (f", and {other_triton} tuned under another Triton "
+                     "(hits: --autotune_version_match=loose)")
+        elif loaded.entries and not usable:
             line += " -- none for this device, every fusion will miss"
         self.load_reports.append({"path": path,
                                   "entries": len(loaded.entries),
