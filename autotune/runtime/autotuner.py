@@ -38,6 +38,36 @@ from autotune.runtime import (distributed, offers, parallel,
                               tuning)
 
 
+def _triton_autotuner_error():
+    """Triton's own error type for an autotuner that cannot go on (Triton
+    3.7+); code written against triton.autotune catches it."""
+    try:
+        from triton.runtime.errors import AutotunerError
+    except ImportError:  # older Triton: no such type to be caught as
+        return ()
+    return (AutotunerError,)
+
+
+class NoConfigAfterPruningError(AutotuneError, *_triton_autotuner_error()):
+    """early_config_prune left no config: what Triton raises, naming the
+    kernel."""
+
+
+def _notify_listener(fn, key, best_config, configs_timings, duration,
+                     cache_hit):
+    """Triton's knobs.autotuning.listener, where the installed Triton has
+    one, called with the fields Triton gives it on every decision."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return
+    listener = getattr(getattr(knobs, "autotuning", None), "listener", None)
+    if listener is not None:
+        listener(fn=fn, key=key, best_config=best_config,
+                 configs_timings=configs_timings, duration=duration,
+                 cache_hit=cache_hit)
+
+
 def _check_callables(tuner_, prune, reference):
     """prune_configs_by and reference=, checked when the kernel is
     decorated rather than at its first launch."""
@@ -473,15 +503,23 @@ class Autotuner(TritonAutotuner):
             return hit
         key = self._full_key(sess, named)
         started = time.perf_counter()
-        entry = sess.resolve(
-            key, lambda seeds, only: self._tune(sess, key, named, grid, args,
-                                                kwargs, seeds, only),
-            lambda: self._neighbours(sess, key), self._offer(args, kwargs))
+        tuned = []
+
+        def tune(seeds, only):
+            tuned.append(True)
+            return self._tune(sess, key, named, grid, args, kwargs, seeds,
+                              only)
+        entry = sess.resolve(key, tune, lambda: self._neighbours(sess, key),
+                             self._offer(args, kwargs))
         config = entry.best
         original = self._originals.get(config, config)
         if _triton_prints_autotuning():
             print(triton_message(self.base_fn.__name__, self._triton_key(named),
                                  time.perf_counter() - started, original))
+        _notify_listener(
+            _jit_function(self.kernel), self._triton_key(named), original,
+            self.configs_timings if tuned else {},
+            self.bench_time if tuned else None, cache_hit=not tuned)
         hit = self._memo[fast] = (config, original, config.all_kwargs())
         self.cache[fast] = original
         return hit
@@ -552,7 +590,7 @@ class Autotuner(TritonAutotuner):
         if self.early_config_prune:
             pruned = self.early_config_prune(self.configs, nargs, **kwargs)
             if not pruned:
-                raise AutotuneError(
+                raise NoConfigAfterPruningError(
                     f"{self.name}: early_config_prune returned no config; it "
                     "must return at least one")
         if self.perf_model:
