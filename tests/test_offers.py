@@ -237,3 +237,34 @@ def test_verify_names_a_winner_no_longer_offered_and_configs_never_measured(
     out = capsys.readouterr().out
     assert "[n=2] on cpu/test: stale: config no longer offered (" in out
     assert "1 stale: regenerate" in out
+
+
+def test_waiting_for_the_device_is_not_tuning_time(session_factory, tmp_path,
+                                                   monkeypatch):
+    import signal
+    import subprocess
+    import sys
+    import threading
+    from autotune.measure import device_lock
+    monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(tmp_path))
+    dump = tmp_path / "c.textproto"
+    sess = session_factory(dump_autotune_results_to=str(dump))
+    holder = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "workers",
+                                      "hold_lock.py"), str(tmp_path),
+         device_lock.device_identity(sess.backend)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "HELD"
+        threading.Timer(2.0, holder.send_signal, (signal.SIGKILL,)).start()
+        tk.run(tk.make_tuner(tk.GOOD), 40)
+    finally:
+        holder.kill()
+        holder.wait()
+    [fusion] = sess.report()["fusions"]
+    assert fusion["device_wait_s"] >= 1.5
+    sess.finish()
+    [entry] = codec.load_results(str(dump), parse_all=True)
+    assert entry.provenance.tuning_seconds < fusion["device_wait_s"] - 1.0
+    assert sess.stats.tuning_seconds == pytest.approx(
+        entry.provenance.tuning_seconds, abs=1e-3)

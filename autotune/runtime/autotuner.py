@@ -863,11 +863,14 @@ class Autotuner(TritonAutotuner):
             self._originals.get(c.config, c.config):
             [c.run_time_us / 1000.0 if c.ok else float("inf")]
             for c in result.candidates}
-        self.bench_time = result.seconds
+        provenance = tuner.provenance_for(sess.backend, result)
+        tuning_s = max(0.0, result.seconds - sess.device_wait_s())
+        provenance = provenance._replace(tuning_seconds=round(tuning_s, 3))
+        self.bench_time = tuning_s
         return Entry(key, best, result.best.run_time_us,
                      sorted(result.candidates,
                             key=lambda c: c.config.sort_key),
-                     tuner.provenance_for(sess.backend, result))
+                     provenance)
 
     def _progress(self, sess, key, candidates, budget=None):
         """The progress lines of this fusion's tuning, started."""

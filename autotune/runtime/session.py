@@ -569,6 +569,13 @@ class Session:
             if times:
                 self.device_times[key] = times
 
+    def device_wait_s(self):
+        """Seconds the fusion being tuned waited for its device lock: not
+        tuning time (another process was measuring), so kept out of the
+        entry's tuning_seconds; the report lists it as device_wait_s."""
+        turn = self._device_turn
+        return (turn.waited_s or 0.0) if turn is not None else 0.0
+
     def take_device(self):
         """Waits for this process's device lock during a fusion's tuning
         (before its first measurement here or in a worker)."""
