@@ -69,6 +69,11 @@ def candidate_table(record):
     lines = [f"{record['kernel']} [{record['signature']}] on "
              f"{record['device']}",
              f"  winner {record['best']}: {record['reason_text']}"]
+    if record.get("speedup_over_default"):
+        lines.append(f"  {record['speedup_over_default']:.2f}x the first "
+                     "offered config (an untuned launch)")
+    if record.get("method"):
+        lines.append(f"  measured with {record['method']}")
     rows = record["candidates"]
     if not rows:
         return lines

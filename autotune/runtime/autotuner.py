@@ -708,6 +708,24 @@ class Autotuner(TritonAutotuner):
             return backends.Timing([v * 1000.0 for v in values])
         return time_fn
 
+    def _timing_method(self, backend):
+        """How the candidates are measured, in words, for the entry's
+        provenance (entries measured differently are not compared): the
+        timing _time_fn chooses and the selection rule's margins."""
+        rule = " ".join(f"{name}={value}" for name, value in
+                        tuner.DEFAULT_RULE._asdict().items())
+        if backend.name != "gpu":
+            how = backend.describe_timing()
+        elif self.use_cuda_graph:
+            how = "gpu do_bench_cudagraph"
+        elif self._do_bench is not None:
+            how = "gpu do_bench given to the decorator"
+        elif self.num_warmups is not None or self.num_reps is not None:
+            how = backend.describe_timing(self.num_warmups, self.num_reps)
+        else:
+            how = backend.describe_timing()
+        return f"{how}; rule {rule}"
+
     def _neighbours(self, sess, key):
         return reuse.neighbours(sess.cache, key)
 
@@ -732,8 +750,12 @@ class Autotuner(TritonAutotuner):
     def _tune_pruned(self, sess, key, named, grid, args, kwargs, seeds,
                      only=None):
         configs = None
+        # The first offered config, an untuned launch's: always measured,
+        # so the entry records what tuning bought.
+        default = self.space.configs()[0] if self.space is not None else None
         if self.space is None:
             configs = self._convert(self.prune_configs(kwargs))
+            default = configs[0]
             if only is not None:  # an update of configs added to the list
                 configs = [c for c in configs if c in only]
             seeds = [s for s in seeds if s in configs]
@@ -777,7 +799,7 @@ class Autotuner(TritonAutotuner):
                 pool.close()
         progress.finish(result)
         self._report(evaluator, result)
-        return self._entry_of(sess, key, named, result)
+        return self._entry_of(sess, key, named, result, default)
 
     def _evaluator(self, sess, named, grid, args, kwargs):
         """The CandidateEvaluator of one fusion's launch: how a config is
@@ -839,6 +861,8 @@ class Autotuner(TritonAutotuner):
         if seeds and budget:
             budget = max(len(seeds) + 1, budget // 2)
         first = list(seeds)
+        if self.space.configs()[0] not in first:
+            first.append(self.space.configs()[0])
         if incumbent is not None and incumbent not in first:
             first.append(incumbent)
         progress = self._progress(sess, key, len(self.space),
@@ -850,7 +874,7 @@ class Autotuner(TritonAutotuner):
             if isinstance(pool, distributed.SharedEvaluator) else None)
         return tuner.reselect(evaluator, result, incumbent), progress
 
-    def _entry_of(self, sess, key, named, result):
+    def _entry_of(self, sess, key, named, result, default=None):
         """The cache entry of a finished tuning, with what Triton's
         autotuner leaves on the object after one."""
         best = result.best.config
@@ -865,7 +889,12 @@ class Autotuner(TritonAutotuner):
             for c in result.candidates}
         provenance = tuner.provenance_for(sess.backend, result)
         tuning_s = max(0.0, result.seconds - sess.device_wait_s())
-        provenance = provenance._replace(tuning_seconds=round(tuning_s, 3))
+        default_us = next((c.run_time_us for c in result.candidates
+                           if c.config == default and c.ok), 0.0)
+        provenance = provenance._replace(
+            tuning_seconds=round(tuning_s, 3),
+            method=self._timing_method(sess.backend),
+            default_run_time_us=default_us)
         self.bench_time = tuning_s
         return Entry(key, best, result.best.run_time_us,
                      sorted(result.candidates,
