@@ -27,7 +27,9 @@ INI_CACHE = "autotune_cache"
 INI_REQUIRE = "autotune_require_complete"
 INI_BACKEND = "autotune_backend"
 INI_DROPIN = "autotune_dropin"
-INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND, INI_DROPIN)
+INI_VERSION_MATCH = "autotune_version_match"
+INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND, INI_DROPIN,
+            INI_VERSION_MATCH)
 INI_TRUE = ("1", "true", "yes", "on")
 _PATH = dict(metavar="PATH", default=None)
 _SWITCH = dict(action="store_true", default=False)
@@ -70,6 +72,9 @@ def pytest_addoption(parser):
     parser.addini(INI_REQUIRE, "true: fail every test that misses the cache",
                   default="false")
     parser.addini(INI_BACKEND, "auto | gpu | interpreter", default="auto")
+    parser.addini(INI_VERSION_MATCH, "loose | strict: an entry tuned under "
+                  "another Triton, torch or CUDA major.minor is a counted hit "
+                  "(loose) or stale (strict)", default="")
     parser.addini(INI_DROPIN, "true: route unedited @triton.autotune "
                   "kernels through the cache (as AUTOTUNE_FLAGS="
                   "--autotune_dropin)", default="false")
@@ -137,7 +142,8 @@ def override_ini_names(options):
 # plugin, never the other way round).
 INI = types.SimpleNamespace(
     cache=INI_CACHE, require=INI_REQUIRE, backend=INI_BACKEND,
-    dropin=INI_DROPIN, keys=INI_KEYS, file_keys=ini_file_keys,
+    dropin=INI_DROPIN, version_match=INI_VERSION_MATCH, keys=INI_KEYS,
+    file_keys=ini_file_keys,
     override_names=override_ini_names)
 
 

@@ -101,20 +101,30 @@ class AutotuneCacheMissError(AutotuneError):
     """Raised in require-complete mode; lists every miss seen so far.
     notes: {miss key: why a tier could not answer}. stale: {miss key:
     fingerprint of the loaded entry with the same kernel, signature and
-    device} (the kernel changed since it was tuned)."""
+    device} (the kernel changed since it was tuned). reasons: {miss key:
+    why a cached entry of this very key was not used} (a config the
+    kernel no longer offers, another version under strict matching)."""
 
-    def __init__(self, misses, notes=None, stale=None):
+    def __init__(self, misses, notes=None, stale=None, reasons=None):
         self.misses = list(misses)
         self.stale = dict(stale or {})
+        self.reasons = dict(reasons or {})
         notes = notes or {}
+
+        def why(k):
+            if k in self.reasons:
+                return f"stale: {self.reasons[k]}"
+            if k in self.stale:
+                return ("stale: the kernel changed since it was tuned "
+                        f"(cached fingerprint {self.stale[k]}, now "
+                        f"{k.fingerprint})")
+            return "missing"
         lines = "\n".join(
-            f"  - {k.kernel} [{k.signature}] on {k.device}: "
-            + (f"stale: the kernel changed since it was tuned (cached "
-               f"fingerprint {self.stale[k]}, now {k.fingerprint})"
-               if k in self.stale else "missing")
+            f"  - {k.kernel} [{k.signature}] on {k.device}: {why(k)}"
             + (f"; {notes[k]}" if k in notes else "")
             for k in self.misses)
-        n_stale = sum(k in self.stale for k in self.misses)
+        n_stale = sum(k in self.stale or k in self.reasons
+                      for k in self.misses)
         super().__init__(
             f"require_complete_autotune_results: {n_stale} fusion(s) stale, "
             f"{len(self.misses) - n_stale} fusion(s) missing from the "

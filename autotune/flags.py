@@ -29,6 +29,7 @@ RETUNE_ENV_VAR = "AUTOTUNE_RETUNE"
 DEFAULT_MAX_CACHE_BYTES = 16 << 30
 BACKEND_NAMES = ("auto", "gpu", "interpreter")
 MISS_POLICIES = ("tune", "nearest", "seeded")
+VERSION_MATCHES = ("loose", "strict")
 
 
 
@@ -159,6 +160,13 @@ FLAGS = (
         "without measuring, and only missing or stale fusions are tuned. "
         "AUTOTUNE_RETUNE=1 in the environment sets it too (`regenerate "
         "--retune` passes it to the dump targets)."),
+    FlagSpec(
+        "autotune_version_match", "enum", "loose",
+        "An entry tuned under another Triton, torch or CUDA major.minor: "
+        "loose: a hit, counted and listed in the exit summary and report "
+        "(`regenerate --retune` refreshes them); strict: stale, re-tuned "
+        "(or, with require-complete, an error).",
+        enum_values=VERSION_MATCHES),
     FlagSpec(
         "autotune_workers", "integer", 1,
         "On a miss, measure candidates in this many worker processes (one "

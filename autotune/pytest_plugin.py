@@ -116,6 +116,12 @@ class Settings:
             raise _usage(f"ini {ini.backend} = {backend!r} "
                          f"{_ini_source(config, ini.backend)}: expected one "
                          f"of {', '.join(BACKENDS)}")
+        version_match = (config.getini(ini.version_match) or "").strip()
+        choices = flags.VERSION_MATCHES
+        if version_match and version_match not in choices:
+            raise _usage(f"ini {ini.version_match} = {version_match!r} "
+                         f"{_ini_source(config, ini.version_match)}: expected "
+                         f"one of {', '.join(choices)}")
         report = opt.autotune_report
         if report:
             report = os.path.join(str(config.invocation_params.dir), report)
@@ -142,6 +148,7 @@ class Settings:
                        retune=bool(getattr(opt, "autotune_update_all",
                                            False)))
         settings.shown = shown
+        settings.version_match = version_match or None
         if not hasattr(config, "workerinput"):
             settings.check_paths()
         return settings
@@ -340,6 +347,8 @@ class AutotunePlugin:
                    for f in dataclasses.fields(env)}
         if s.backend != "auto":
             options["autotune_backend"] = s.backend
+        if s.version_match:
+            options["autotune_version_match"] = s.version_match
         if s.update:
             # The cache is the incumbents file: its hits are used as they
             # are and only misses tune, or, with --autotune-update=all,

@@ -248,6 +248,13 @@ class Candidate(NamedTuple):
         return self.failure == "NONE"
 
 
+def major_minor(version):
+    """"3.6" of "3.6.0+git1234"; None when `version` does not start with
+    two numbers."""
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
 class Provenance(NamedTuple):
     triton_version: str = ""
     torch_version: str = ""
@@ -256,6 +263,18 @@ class Provenance(NamedTuple):
     timing_spread: float = 0.0
     tuner: str = ""
     tuning_seconds: float = 0.0
+    # How the candidates were measured (backend, timing call, selection
+    # rule); entries measured differently are not compared head to head.
+    method: str = ""
+    # Run time of the first offered config (an untuned launch's).
+    default_run_time_us: float = 0.0
+
+    def speedup(self, run_time_us):
+        """What tuning bought: the first offered config's time over the
+        winner's; None when it was not recorded."""
+        if self.default_run_time_us > 0 and run_time_us > 0:
+            return self.default_run_time_us / run_time_us
+        return None
 
 
 EMPTY_PROVENANCE = Provenance()

@@ -115,8 +115,12 @@ def test_prune_and_verify_stale_kernels(tmp_path, capsys):
     import tiny_kernels  # noqa: F401  (defines axpb_kernel)
     tuned = tiny_kernels.make_tuner()
     fresh = make_entries(1)[0]
+    # A winner the decoration offers (one it does not is stale too).
     fresh = fresh.replace(key=fresh.key._replace(
-        kernel=tuned.name, fingerprint=tuned.fingerprint))
+        kernel=tuned.name, fingerprint=tuned.fingerprint),
+        best=tiny_kernels.GOOD[0], candidates=[
+            Candidate(c, 1.0) for c in tiny_kernels.GOOD + [
+                tiny_kernels.WRONG, tiny_kernels.CRASH]])
     stale = fresh.replace(key=fresh.key._replace(fingerprint="0" * 16))
     gone = make_entries(1)[0]  # kernel "matmul": not in the module
     src = tmp_path / "c.textproto"

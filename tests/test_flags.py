@@ -47,6 +47,7 @@ EXPECTED_DEFAULTS = {
     "autotune_compile_jobs": 0,
     "autotune_incumbents_from": [],
     "autotune_retune": False,
+    "autotune_version_match": "loose",
     "autotune_workers": 1,
     "autotune_distributed": "auto",
     "autotune_distributed_timeout_s": 120.0,

@@ -312,9 +312,11 @@ def test_dump_target_writes_the_page_next_to_its_dump(session_factory,
     assert sum(r["winner"] for r in fusion["candidates"]) == 1
     # One schema: the report's record is the one show --candidates gives.
     dumped = codec.load_results(str(tmp_path / "autotune_cache.textproto"))
-    # (what only the run knows: status, source, the device turn's times)
-    run_fields = {k: fusion[k] for k in ("status", "source", "device_wait_s",
-                                         "tuning_start", "tuning_end")
+    # (what only the run knows: status, source, why it missed, the device
+    # turn's times)
+    run_fields = {k: fusion[k] for k in ("status", "source", "miss_reason",
+                                         "device_wait_s", "tuning_start",
+                                         "tuning_end")
                   if k in fusion}
     record = summary.fusion_record(dumped[0].key, dumped[0], **run_fields)
     assert set(fusion) == set(record)

@@ -22,7 +22,7 @@ class ReadEntries(list):
 BINARY_EXTENSIONS = (".pb", ".binpb", ".binarypb", ".bin")
 
 
-def _looks_like_text(data):
+def looks_like_text(data):
     """Text files start with a comment or a field name; binary ones with a
     field tag (a control byte for every field of the schema)."""
     head = data[:256].lstrip()
@@ -36,7 +36,7 @@ max_cache_bytes = codec.MAX_CACHE_BYTES
 def _read_sniffed(path, data, parse_all):
     """Entries of bytes whose format the name does not tell (stdin, a
     pipe such as bash's <(git show ...), an unknown extension)."""
-    as_name = "input.textproto" if _looks_like_text(data) else "input.pb"
+    as_name = "input.textproto" if looks_like_text(data) else "input.pb"
     try:
         entries = ReadEntries(codec.decode(data, as_name, parse_all=parse_all,
                                            check_crc=True))

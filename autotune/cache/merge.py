@@ -14,7 +14,9 @@ Policies:
                  smaller config stays unless the other is faster by more
                  than min_improvement. The recorded timing spread of either
                  entry widens the bar (a faster time inside the noise does
-                 not win).
+                 not win). Entries measured differently (Provenance.method)
+                 are not compared: the incumbent's stays, else the first
+                 met, and the conflict says so.
   prefer-faster  the lower run time, ties to the smaller config
   prefer-newer   the later provenance timestamp
   prefer-first   the entry met first (the order of the sources)
@@ -55,6 +57,10 @@ class Conflict(NamedTuple):
                 f"{self.first.best.short()} ({self.first.run_time_us:.3f} us),"
                 f" {self.second_source} has {self.second.best.short()} "
                 f"({self.second.run_time_us:.3f} us)")
+        if methods_differ(self.first, self.second):
+            text += (f"; measured differently ({self.first.provenance.method}"
+                     f" vs {self.second.provenance.method}): times not "
+                     "compared")
         return text + (f"; kept {self.kept_source}'s" if resolved else "")
 
 
@@ -71,8 +77,21 @@ def check_policy(policy):
     return policy
 
 
+def methods_differ(first, second):
+    """Whether two entries were measured differently (both record how):
+    their times are not comparable head to head."""
+    a, b = first.provenance.method, second.provenance.method
+    return bool(a and b and a != b)
+
+
 def by_measurement(first, second, incumbent=None, rule=DEFAULT_RULE):
     """The 'measured' policy (see the module docstring)."""
+    if methods_differ(first, second):
+        # Times from different timing methods say nothing about each
+        # other: the incumbent's config stays, else the entry met first.
+        if incumbent is not None and second.best == incumbent.best:
+            return second
+        return first
     if incumbent is not None and second.best == incumbent.best:
         holder, challenger, bar = second, first, rule.incumbent_improvement
     elif incumbent is not None and first.best == incumbent.best:

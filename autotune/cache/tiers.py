@@ -290,8 +290,10 @@ class ResultsCache:
                 return entry, "remote"
         return None, None
 
-    def remember(self, entry):
-        self.memory[entry.key] = entry
+    def remember(self, entry, key=None):
+        """Keeps `entry` in memory, under `key` when it answers a key other
+        than its own (an entry tuned under another Triton version)."""
+        self.memory[entry.key if key is None else key] = entry
 
     def store(self, entry):
         """Records a freshly tuned entry; returns the entry to use (another

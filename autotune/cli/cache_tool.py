@@ -22,6 +22,7 @@ from where bazel was run). Text or binary: by extension (.txt .textproto
 `<(git show HEAD:testdata/x.textproto)` work.
 """
 import argparse
+import collections
 import datetime
 import importlib
 import json
@@ -33,8 +34,9 @@ from autotune import codec
 from autotune.cache import merge
 from autotune.cache import io as cache_io
 from autotune.cache.io import materialize, read_cache, stats, write_cache
-from autotune.cli import remote_tool, report
-from autotune.records import KEY_VERSION
+from autotune.cli import merge_driver, remote_tool, report
+from autotune.records import KEY_VERSION, Config, major_minor
+from autotune.runtime import offers
 from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
                              ToolError)
 from autotune.log import printable
@@ -70,6 +72,11 @@ def candidate_table(record):
                        f"{record['device']}"),
              printable(f"  winner {record['best']}: "
                        f"{record['reason_text']}")]
+    if record.get("speedup_over_default"):
+        lines.append(f"  {record['speedup_over_default']:.2f}x the first "
+                     "offered config (an untuned launch)")
+    if record.get("method"):
+        lines.append(printable(f"  measured with {record['method']}"))
     rows = record["candidates"]
     if not rows:
         return lines
@@ -300,27 +307,53 @@ def stale_reason(entry, known):
     return None
 
 
-def verify_verdict(stale, outdated, other):
+def offer_findings(entry, tuner):
+    """(why the tree's decoration no longer offers the entry's winner, or
+    None; how many configs it offers that the entry never measured). The
+    list is read unpruned: a winner outside it is offered for no call;
+    configs never measured are counted only for a list nothing prunes
+    (a pruned-out config was never meant to be measured)."""
+    if tuner.space is not None:
+        offer = offers.Offer(space=tuner.space)
+    else:
+        offer = offers.Offer(lambda: [Config.from_triton(c)
+                                      for c in tuner.configs])
+    why = offer.why_not(entry.best)
+    if why is not None:
+        return why, 0
+    if tuner.space is not None or tuner.early_config_prune or \
+            tuner.perf_model:
+        return None, 0
+    return None, len(offer.unmeasured(entry))
+
+
+def verify_verdict(stale, outdated, other, unmeasured=0):
     """verify's last line: what it found and the command that fixes it."""
     found = [f"{n} {what}" for n, what in ((stale, "stale"),
                                            (outdated, "of an old key version"),
                                            (other, "unreadable"))
              if n]
+    note = (f" ({unmeasured} offered config(s) never measured: an update "
+            "measures them)" if unmeasured else "")
     if not found:
-        return "verify: ok"
+        return "verify: ok" + note
     fix = ("regenerate with `bazel run @rules_autotune//tools:regenerate` "
            "(or `pytest --autotune-update`)")
     if stale:
         fix += ", or drop them with `autotune_cache prune IN -o OUT " \
                "--stale --kernel_module M`"
-    return f"{', '.join(found)}: {fix}"
+    return f"{', '.join(found)}: {fix}{note}"
 
 
 def cmd_verify(args):
-    known = tree_kernels(args.kernel_module) if args.kernel_module else None
+    tuners = tree_autotuners(args.kernel_module) if args.kernel_module \
+        else None
+    known = None if tuners is None else {
+        name: tuner.fingerprint for name, tuner in tuners.items()}
     findings = 0
     bad = 0
-    stale = outdated = 0
+    stale = outdated = unmeasured = 0
+    versions = collections.Counter()
     for path in args.paths:
         try:
             # A bad value in a remote namespace is a finding, like a stale
@@ -341,21 +374,51 @@ def cmd_verify(args):
                 outdated += 1
                 problems.append(f"key version {entry.key.key_version}, "
                                 f"current is {KEY_VERSION}")
+            versions[major_minor(entry.provenance.triton_version)] += 1
             if known is not None:
                 reason = stale_reason(entry, known)
+                never = 0
+                if reason is None:
+                    reason, never = offer_findings(
+                        entry, tuners[entry.key.kernel])
                 if reason:
                     stale += 1
                     problems.append("stale: " + reason)
+                elif never:
+                    unmeasured += never
+                    print(printable(
+                        f"{path}: {entry.key.kernel} [{entry.key.signature}]"
+                        f" on {entry.key.device}: {never} offered config(s) "
+                        "never measured"))
             for problem in problems:
                 findings += 1
-                print(f"{path}: {entry.key.kernel} [{entry.key.signature}] "
-                      f"on {entry.key.device}: {problem}")
+                print(printable(f"{path}: {entry.key.kernel} "
+                                f"[{entry.key.signature}] on "
+                                f"{entry.key.device}: {problem}"))
         print(f"{path}: {len(entries)} entries, format version "
               f"{codec.FORMAT_VERSION}, no duplicate keys")
+        running = major_minor(_installed_triton())
+        drift = {v: n for v, n in versions.items() if v and v != running}
+        if running and drift:
+            print(printable(f"{path}: " + ", ".join(
+                f"{n} entries tuned with Triton {v}" for v, n in
+                sorted(drift.items())) + f", running {running}: "
+                "`regenerate --retune` refreshes them "
+                "(--autotune_version_match=strict treats them as stale)"))
+        versions.clear()
     if bad:
         return 2
-    print(verify_verdict(stale, outdated, findings - stale - outdated))
+    print(verify_verdict(stale, outdated, findings - stale - outdated,
+                         unmeasured))
     return 1 if findings else 0
+
+
+def _installed_triton():
+    try:
+        from importlib.metadata import version
+        return version("triton")
+    except Exception:  # no metadata: nothing to compare with
+        return None
 
 
 # -- rekey ------------------------------------------------------------------
@@ -611,6 +674,7 @@ def build_parser():
     p.set_defaults(func=cmd_convert)
 
     report.add_subcommand(sub)
+    merge_driver.add_subcommand(sub, POLICIES)
     remote_tool.add_subcommands(sub, POLICIES)
     for command in {id(p): p for p in sub.choices.values()}.values():
         command.add_argument(

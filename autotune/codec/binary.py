@@ -96,13 +96,14 @@ class MessageDecoder:
         if type(msg) is pb.EntryHead:
             msg = self.full_entry(msg)
         p = msg.provenance
-        for name in ("timing_spread", "tuning_seconds"):
+        for name in ("timing_spread", "tuning_seconds",
+                     "default_run_time_us"):
             if schema.bad_time(getattr(p, name)):
                 raise schema.time_error(self.source, _describe(msg) + name,
                                         getattr(p, name))
         return Provenance(p.triton_version, p.torch_version, p.cuda_version,
                           p.timestamp, p.timing_spread, p.tuner,
-                          p.tuning_seconds)
+                          p.tuning_seconds, p.method, p.default_run_time_us)
 
     def full_entry(self, head):
         """The whole Entry behind an EntryHead (see the schema)."""
@@ -252,6 +253,7 @@ class _Encoder:
         self.bests = {}
         self.provenances = {}
         self.tuners = {}
+        self.methods = {}
         self.entry_prefixes = {}  # entry length -> tag and length varint
 
     def entry(self, entry):
@@ -301,10 +303,16 @@ class _Encoder:
         if tuner is None:
             tuner = self.tuners[p.tuner] = _str_field(PROVENANCE.tuner,
                                                       p.tuner)
+        method = self.methods.get(p.method)
+        if method is None:
+            method = self.methods[p.method] = _str_field(PROVENANCE.method,
+                                                         p.method)
         prov = (strings + _double_field(PROVENANCE.timing_spread,
                                         p.timing_spread)
                 + tuner + _double_field(PROVENANCE.tuning_seconds,
-                                        p.tuning_seconds))
+                                        p.tuning_seconds)
+                + method + _double_field(PROVENANCE.default_run_time_us,
+                                         p.default_run_time_us))
         if prov:
             parts.append(_len_field(ENTRY.provenance, prov))
         return b"".join(parts)

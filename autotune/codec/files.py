@@ -101,10 +101,11 @@ def decode(data, path, parse_all=False, check_crc=False):
 # exponent bits set. Most files match nowhere; a match (-0.0, or a tag
 # byte inside a string) only costs a check of every entry's provenance.
 _SUSPECT_TEXT = re.compile(
-    rb"(?:timing_spread|tuning_seconds): (?:[-+]|[^ \n}]*?"
+    rb"(?:timing_spread|tuning_seconds|default_run_time_us): (?:[-+]|[^ \n}]*?"
     rb"(?:[a-df-zA-DF-Z]|[eE]\+?[0-9]{3}))")
 _DURATION_TAGS = (schema.PROVENANCE.timing_spread,
-                  schema.PROVENANCE.tuning_seconds)
+                  schema.PROVENANCE.tuning_seconds,
+                  schema.PROVENANCE.default_run_time_us)
 
 
 _SUSPECT_BINARY = re.compile(

@@ -91,9 +91,10 @@ _CONFIG_OF = operator.itemgetter(0)
 _TIME_OF = operator.itemgetter(1)
 _FAILURE_OF = operator.itemgetter(2)
 _DETAIL_OF = operator.itemgetter(3)
-_PROVENANCE_STRINGS_OF = operator.itemgetter(0, 1, 2, 3, 5)
+_PROVENANCE_STRINGS_OF = operator.itemgetter(0, 1, 2, 3, 5, 7)
 _SPREAD_OF = operator.itemgetter(4)
 _SECONDS_OF = operator.itemgetter(6)
+_DEFAULT_TIME_OF = operator.itemgetter(8)
 _BARE_PROVENANCE = "  provenance {"
 
 
@@ -128,6 +129,7 @@ class _TextWriter:
         self.prov_prefixes = {}
         self.spreads = {}
         self.seconds = {}
+        self.default_times = {}
 
     @staticmethod
     def _head(fields, _):
@@ -207,7 +209,7 @@ class _TextWriter:
             end = at + 3 * counts[fresh_index]
             extend(cand_pieces[at:end])
             at = end
-            extend(prov_pieces[4 * fresh_index:4 * fresh_index + 4])
+            extend(prov_pieces[5 * fresh_index:5 * fresh_index + 5])
             fresh_index += 1
         return out
 
@@ -260,15 +262,17 @@ class _TextWriter:
         return text + " }\n"
 
     def _provenance_pieces(self, provs):
-        """Four pieces per entry: the string fields, the two numbers (both
-        rounded when measured, so few distinct values), the end."""
+        """Five pieces per entry: the string fields, the three numbers
+        (rounded when measured, so few distinct values), the end."""
         prefixes = column(self.prov_prefixes,
                            list(map(_PROVENANCE_STRINGS_OF, provs)),
                            self._prov_prefix)
         columns = []
         for name, getter, memo in (("timing_spread", _SPREAD_OF, self.spreads),
                                    ("tuning_seconds", _SECONDS_OF,
-                                    self.seconds)):
+                                    self.seconds),
+                                   ("default_run_time_us", _DEFAULT_TIME_OF,
+                                    self.default_times)):
             numbers = list(map(getter, provs))
             texts = column(memo, numbers, lambda v, _, name=name: (
                 f" {name}: {float(v)!r}" if _present(v) else ""))
@@ -278,22 +282,20 @@ class _TextWriter:
                     if v == 0.0:
                         texts[i] = f" {name}: -0.0" if _present(v) else ""
             columns.append(texts)
-        spread_texts, seconds_texts = columns
-        pieces = [" }\n}\n"] * (4 * len(provs))
-        pieces[0::4] = prefixes
-        pieces[1::4] = spread_texts
-        pieces[2::4] = seconds_texts
+        pieces = [" }\n}\n"] * (5 * len(provs))
+        pieces[0::5] = prefixes
+        for i, texts in enumerate(columns, 1):
+            pieces[i::5] = texts
         if _BARE_PROVENANCE in prefixes:
             # An empty provenance message is left out.
-            for i, (p, a, b) in enumerate(zip(prefixes, spread_texts,
-                                              seconds_texts)):
-                if p == _BARE_PROVENANCE and not a and not b:
-                    pieces[4 * i:4 * i + 4] = ("", "", "", "}\n")
+            for i, (p, *numbers) in enumerate(zip(prefixes, *columns)):
+                if p == _BARE_PROVENANCE and not any(numbers):
+                    pieces[5 * i:5 * i + 5] = ("", "", "", "", "}\n")
         return pieces
 
 
 _PROVENANCE_STRING_ORDER = ("triton_version", "torch_version",
-                            "cuda_version", "timestamp", "tuner")
+                            "cuda_version", "timestamp", "tuner", "method")
 
 
 # Entries per chunk of a streamed text file: a few MB, small enough to stay
@@ -392,8 +394,9 @@ def _parse_candidate_fast(line, memo):
 
 
 _PROVENANCE_STRINGS = ("triton_version", "torch_version", "cuda_version",
-                       "timestamp", "tuner")
-_PROVENANCE_FLOATS = ("timing_spread", "tuning_seconds")
+                       "timestamp", "tuner", "method")
+_PROVENANCE_FLOATS = ("timing_spread", "tuning_seconds",
+                      "default_run_time_us")
 _FIELD_RE = re.compile(r'(\w+): (' + _QUOTED + r'|[^ "]+)')
 
 
@@ -434,8 +437,9 @@ _CAND_LINE = (r'  candidates \{ config \{ params: "' + _PARAMS + r'" num_warps: 
               r"(?: failure: (?:" + "|".join(FAILURE_KINDS[1:]) + r"))?+"
               r"(?: failure_detail: " + _QUOTED + r")?+ \}\n")
 _PROV_LINE = (r"  provenance \{(?: (?:triton_version|torch_version|"
-              r"cuda_version|timestamp|tuner): " + _QUOTED +
-              r"| (?:timing_spread|tuning_seconds): " + _FLOAT + r")++ \}\n")
+              r"cuda_version|timestamp|tuner|method): " + _QUOTED +
+              r"| (?:timing_spread|tuning_seconds|default_run_time_us): "
+              + _FLOAT + r")++ \}\n")
 # The candidate and provenance lines of one canonical text entry, checked
 # in one C-speed match (what the writer produces; anything else is decoded
 # line by line).

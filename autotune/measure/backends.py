@@ -165,6 +165,11 @@ class Backend:
     def synchronize(self):
         pass
 
+    def describe_timing(self, warmup=None, repetitions=None):
+        """How this backend times a launch, in words (recorded with each
+        entry: see Provenance.method)."""
+        return f"{self.name} ({type(self).__name__})"
+
     def time(self, run, setup=None):
         """Times `run` (one launch); returns a Timing in microseconds.
         `setup`, when given, runs before every repetition (restoring the
@@ -186,6 +191,10 @@ class InterpreterBackend(Backend):
     def device_key(self):
         import triton
         return f"cpu/triton-interpreter/triton-{triton.__version__}"
+
+    def describe_timing(self, warmup=None, repetitions=None):
+        return (f"interpreter wall clock, warmup {self.warmup}, "
+                f"{self.repetitions} repetitions, median")
 
     def time(self, run, setup=None):
         for _ in range(self.warmup):
@@ -238,6 +247,14 @@ class GpuBackend(Backend):
 
     def synchronize(self):
         self.torch.cuda.synchronize(self.device)
+
+    def describe_timing(self, warmup_ms=None, rep_ms=None):
+        warmup_ms = self.warmup_ms if warmup_ms is None else warmup_ms
+        rep_ms = self.rep_ms if rep_ms is None else rep_ms
+        return (f"gpu triton.testing.do_bench, warmup {warmup_ms} ms, "
+                f"rep {rep_ms} ms, quantiles "
+                f"{'/'.join(map(str, self.QUANTILES))}, L2 flushed, "
+                "no CUDA graphs")
 
     # The quartiles, not the extremes: GPU timings have rare slow outliers
     # (a clock change, another process), and the noise estimate that decides

@@ -303,7 +303,10 @@ def build_page(sources, base=None, base_name=None, title=None,
             f"[{_esc(rec['signature'])}]</code> on {_esc(rec['device'])}: "
             f"winner <code>{_esc(rec['best'])}</code>, "
             f"{_us(rec.get('run_time_us'))} &mdash; "
-            f"{_esc(rec.get('reason_text', ''))}</figcaption>"
+            f"{_esc(rec.get('reason_text', ''))}"
+            + (f"; {rec['speedup_over_default']:.2f}x the first offered "
+               "config" if rec.get("speedup_over_default") else "")
+            + "</figcaption>"
             + (chart_svg(rec, matplotlib_module, anchor)
                if rec["candidates"]
                else "<p>no candidates stored</p>")

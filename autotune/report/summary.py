@@ -105,8 +105,16 @@ def fusion_record(key, entry=None, **extra):
         tuning_seconds=prov.tuning_seconds or None,
         timestamp=prov.timestamp or None,
         reason=kind, reason_text=text,
+        # What tuning bought: the first offered config's time over the
+        # winner's (None for entries that did not record it).
+        speedup_over_default=_rounded(prov.speedup(entry.run_time_us)),
+        method=prov.method or None,
         candidates=candidate_rows(entry))
     return record
+
+
+def _rounded(value):
+    return None if value is None else round(value, 3)
 
 
 def fusion_records(entries, kernel=None):

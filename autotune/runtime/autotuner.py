@@ -36,12 +36,42 @@ from autotune.errors import (AutotuneArgumentError, AutotuneError,
                              AutotuneWarning)
 from autotune.measure import backends, tuner
 from autotune.records import Config
-from autotune.runtime import tuning
+from autotune.runtime import offers, tuning
 from autotune.runtime.session import session
 
 SEARCHES = ("exhaustive", "evolutionary")
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg",
                    "ir_override")
+
+
+def _triton_autotuner_error():
+    """Triton's own error type for an autotuner that cannot go on (Triton
+    3.7+); code written against triton.autotune catches it."""
+    try:
+        from triton.runtime.errors import AutotunerError
+    except ImportError:  # older Triton: no such type to be caught as
+        return ()
+    return (AutotunerError,)
+
+
+class NoConfigAfterPruningError(AutotuneError, *_triton_autotuner_error()):
+    """early_config_prune left no config: what Triton raises, naming the
+    kernel."""
+
+
+def _notify_listener(fn, key, best_config, configs_timings, duration,
+                     cache_hit):
+    """Triton's knobs.autotuning.listener, where the installed Triton has
+    one, called with the fields Triton gives it on every decision."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return
+    listener = getattr(getattr(knobs, "autotuning", None), "listener", None)
+    if listener is not None:
+        listener(fn=fn, key=key, best_config=best_config,
+                 configs_timings=configs_timings, duration=duration,
+                 cache_hit=cache_hit)
 
 
 def _check_callables(tuner_, prune, reference):
@@ -447,18 +477,34 @@ class Autotuner(TritonAutotuner):
             return hit
         key = self._full_key(sess, named)
         started = time.perf_counter()
-        entry = sess.resolve(
-            key, lambda seeds: self._tune(sess, key, named, grid, args,
-                                          kwargs, seeds),
-            lambda: self._neighbours(sess, key))
+        tuned = []
+
+        def tune(seeds, only):
+            tuned.append(True)
+            return self._tune(sess, key, named, grid, args, kwargs, seeds,
+                              only)
+        entry = sess.resolve(key, tune, lambda: self._neighbours(sess, key),
+                             self._offer(args, kwargs))
         config = entry.best
         original = self._originals.get(config, config)
         if _triton_prints_autotuning():
             print(triton_message(self.base_fn.__name__, self._triton_key(named),
                                  time.perf_counter() - started, original))
+        _notify_listener(
+            unwrap.jit_function(self.kernel), self._triton_key(named),
+            original, self.configs_timings if tuned else {},
+            self.bench_time if tuned else None, cache_hit=not tuned)
         hit = self._memo[fast] = (config, original, config.all_kwargs())
         self.cache[fast] = original
         return hit
+
+    def _offer(self, args, kwargs):
+        """What this decoration offers for a call: its search space, or its
+        configs as Triton prunes them for these arguments."""
+        if self.space is not None:
+            return offers.Offer(space=self.space)
+        return offers.Offer(lambda: self._convert(self.prune_configs(
+            kwargs, dict(zip(self.arg_names, args)))))
 
     def _check_decorated_for(self, backend):
         """Triton decides when a kernel is decorated whether it is
@@ -518,7 +564,7 @@ class Autotuner(TritonAutotuner):
         if self.early_config_prune:
             pruned = self.early_config_prune(self.configs, nargs, **kwargs)
             if not pruned:
-                raise AutotuneError(
+                raise NoConfigAfterPruningError(
                     f"{self.name}: early_config_prune returned no config; it "
                     "must return at least one")
         if self.perf_model:
@@ -636,6 +682,24 @@ class Autotuner(TritonAutotuner):
             return backends.Timing([v * 1000.0 for v in values])
         return time_fn
 
+    def _timing_method(self, backend):
+        """How the candidates are measured, in words, for the entry's
+        provenance (entries measured differently are not compared): the
+        timing _time_fn chooses and the selection rule's margins."""
+        rule = " ".join(f"{name}={value}" for name, value in
+                        tuner.DEFAULT_RULE._asdict().items())
+        if backend.name != "gpu":
+            how = backend.describe_timing()
+        elif self.use_cuda_graph:
+            how = "gpu do_bench_cudagraph"
+        elif self._do_bench is not None:
+            how = "gpu do_bench given to the decorator"
+        elif self.num_warmups is not None or self.num_reps is not None:
+            how = backend.describe_timing(self.num_warmups, self.num_reps)
+        else:
+            how = backend.describe_timing()
+        return f"{how}; rule {rule}"
+
     def _neighbours(self, sess, key):
         return reuse.neighbours(sess.cache, key)
 
@@ -644,7 +708,7 @@ class Autotuner(TritonAutotuner):
             self._warned.add(what)
             warnings.warn(text, AutotuneWarning, stacklevel=_caller_level())
 
-    def _tune(self, sess, key, named, grid, args, kwargs, seeds):
+    def _tune(self, sess, key, named, grid, args, kwargs, seeds, only=None):
         """The entry for a miss: the configs pruned as Triton prunes them,
         tuned by the miss path (autotune.runtime.tuning), and what Triton's
         autotuner leaves on the object after a tuning."""
@@ -656,15 +720,24 @@ class Autotuner(TritonAutotuner):
             configs = None
             if self.space is None:
                 configs = self._convert(self.prune_configs(kwargs))
-            miss = self._miss(sess, key, named, grid, args, kwargs, configs)
+                # The first offered config, an untuned launch's: always
+                # measured, so the entry records what tuning bought.
+                default = configs[0]
+                if only is not None:  # an update of configs added to it
+                    configs = [c for c in configs if c in only]
+            else:
+                default = self.space.configs()[0]
+            miss = self._miss(sess, key, named, grid, args, kwargs, configs,
+                              default)
             entry = miss.run(seeds)
             if miss.result is not None:
-                self._after_tuning(named, miss.result)
+                self._after_tuning(named, miss.result, entry)
             return entry
         finally:
             self.nargs = None
 
-    def _miss(self, sess, key, named, grid, args, kwargs, configs=None):
+    def _miss(self, sess, key, named, grid, args, kwargs, configs=None,
+              default=None):
         """The miss path of one call (autotune.runtime.tuning.Tuning)."""
         launch = tuning.Launch(
             lambda config, after_kernel=None: self._launch_candidate(
@@ -677,10 +750,11 @@ class Autotuner(TritonAutotuner):
             budget=self.budget, seed=self.seed,
             time_budget_s=self.time_budget_s, timeout_s=self.timeout_s,
             reference=self.reference, outputs=self.outputs, rtol=self.rtol,
-            atol=self.atol, warn_once=self._warn_once)
+            atol=self.atol, warn_once=self._warn_once, default=default,
+            timing_method=self._timing_method(sess.backend))
         return tuning.Tuning(sess, key, launch, options)
 
-    def _after_tuning(self, named, result):
+    def _after_tuning(self, named, result, entry):
         """What Triton's autotuner does and leaves after a tuning."""
         best = result.best.config
         # Triton resets reset_to_zero once more before the real launch.
@@ -692,7 +766,8 @@ class Autotuner(TritonAutotuner):
             self._originals.get(c.config, c.config):
             [c.run_time_us / 1000.0 if c.ok else float("inf")]
             for c in result.candidates}
-        self.bench_time = result.seconds
+        # Without the wait for another process's device lock.
+        self.bench_time = entry.provenance.tuning_seconds
 
 
 def autotune(configs=None, key=(), prune_configs_by=None, reset_to_zero=None,

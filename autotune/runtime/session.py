@@ -8,21 +8,24 @@ holds the caches and the statistics and writes the dump and the report at
 exit.
 """
 import atexit
+import collections
 import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 import threading
 
 from autotune import log as logs
 from autotune import codec, flags
 from autotune.measure import backends, device_lock
-from autotune.runtime import distributed
+from autotune.runtime import distributed, offers
 from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.cache import neighbours as reuse
 from autotune.contract import REGENERATE_COMMAND, REPORT_FILE
+from autotune.records import major_minor
 
 # The report page a dump target writes next to its dump.
 REPORT_PAGE_FILE = "autotune_report.html"
@@ -56,6 +59,11 @@ class Stats:
         self.tuning_seconds = 0.0
         self.saved_seconds = 0.0
         self.fusions = {}  # CacheKey -> {"status":, "source":}
+        self.miss_reasons = collections.Counter()  # MISS_REASONS -> count
+        # (component, tuned with, running) -> hits tuned under another
+        # major.minor (--autotune_version_match=loose)
+        self.version_drift = collections.Counter()
+        self.unmeasured_configs = 0  # offered configs hits never measured
 
     def as_dict(self):
         return {"hits": self.hits, "remote_hits": self.remote_hits,
@@ -66,7 +74,13 @@ class Stats:
                 "candidate_benchmarks": self.candidate_benchmarks,
                 "compile_rejected": self.compile_rejected,
                 "tuning_seconds": round(self.tuning_seconds, 3),
-                "saved_seconds": round(self.saved_seconds, 3)}
+                "saved_seconds": round(self.saved_seconds, 3),
+                "miss_reasons": dict(sorted(self.miss_reasons.items())),
+                "version_drift": [
+                    {"component": what, "tuned_with": then, "running": now,
+                     "entries": n} for (what, then, now), n in
+                    sorted(self.version_drift.items())],
+                "unmeasured_configs": self.unmeasured_configs}
 
 
 def _fusion_of(key):
@@ -82,6 +96,36 @@ def _saved_by(entry):
     return sum(c.run_time_us for c in entry.candidates) / 1e6
 
 
+# Why a lookup missed (the summary, the JSON report, require-complete).
+MISSING = "missing"
+KERNEL_CHANGED = "kernel changed"
+OTHER_DEVICE = "other device"
+OTHER_VERSION = "other version"
+KEY_FORMAT_CHANGE = "key-format change"
+MISS_REASONS = (MISSING, KERNEL_CHANGED, offers.NOT_OFFERED, OTHER_DEVICE,
+                OTHER_VERSION, KEY_FORMAT_CHANGE)
+
+_DEVICE_TRITON = re.compile(r"/triton-[^/]*$")
+VERSION_COMPONENTS = (("Triton", "triton_version"),
+                      ("torch", "torch_version"), ("CUDA", "cuda_version"))
+
+
+def version_drift(provenance, running):
+    """(component, tuned with, running) of the first of Triton, torch and
+    CUDA whose major.minor differs between an entry's provenance and the
+    running versions; None when none does (or a version is unknown)."""
+    for label, field in VERSION_COMPONENTS:
+        then = major_minor(getattr(provenance, field))
+        now = major_minor(running.get(field))
+        if then and now and then != now:
+            return label, then, now
+    return None
+
+
+def _without_triton(device):
+    return _DEVICE_TRITON.sub("", device)
+
+
 class Session:
     def __init__(self, options=None, backend=None):
         self.options = options or flags.Options()
@@ -89,6 +133,10 @@ class Session:
         self.stats = Stats()
         self.miss_keys = []
         self.miss_notes = {}  # key -> why a tier could not answer
+        # key -> why a cached entry of that key was not used (a config no
+        # longer offered, another version under strict matching)
+        self.miss_refusals = {}
+        self._loaded_index = None  # built on the first miss (_index)
         self.finished = False
         # A forked child inherits the session; only this process finishes
         # it (summary line, dump, report).
@@ -108,6 +156,7 @@ class Session:
         self.backend = backend or backends.select_backend(
             self.options.autotune_backend)
         self.device_key = self.backend.device_key()
+        self.versions = self.backend.versions()
         self._check_expected_gpu()
         per_fusion = None
         if self.options.per_fusion_autotune_cache_dir:
@@ -199,7 +248,16 @@ class Session:
                             sorted(loaded.by_device.items())) or "none"
         line = (f"autotune: loaded {path}: {len(loaded.entries)} entries "
                 f"({devices}); usable on {self.device_key}: {usable}")
-        if loaded.entries and not usable:
+        other_triton = 0
+        if self.options.autotune_version_match == "loose":
+            mine = _without_triton(self.device_key)
+            other_triton = sum(
+                n for d, n in loaded.by_device.items()
+                if d != self.device_key and _without_triton(d) == mine)
+        if other_triton:
+            line += (f", and {other_triton} tuned under another Triton "
+                     "(hits: --autotune_version_match=loose)")
+        elif loaded.entries and not usable:
             line += " -- none for this device, every fusion will miss"
         self.load_reports.append({"path": path,
                                   "entries": len(loaded.entries),
@@ -249,23 +307,40 @@ class Session:
         return entry.best if entry is not None else None
 
     # -- lookups ---------------------------------------------------------
-    def resolve(self, key, tune_fn, neighbours_fn=None):
+    def resolve(self, key, tune_fn, neighbours_fn=None, offer=None):
         """Returns the Entry for `key`: from a cache, or by calling
-        tune_fn(seeds) on a miss, following the miss policy."""
+        tune_fn(seeds, only) on a miss, following the miss policy.
+        offer (autotune.runtime.offers.Offer): what the decoration offers
+        now; a cached winner it does not offer is stale. only: None (the
+        whole offer), or, in an update, the configs a hit never measured
+        with its winner (the incumbent)."""
         with self.lock:
             entry, source = self.cache.lookup(key)
-            if entry is not None:
-                self._count_hit(key, entry, source)
+            if entry is None:
+                entry, source = self._other_version(key)
+            refusal = None if entry is None else self._refusal(entry, offer)
+            if entry is not None and refusal is None:
+                unmeasured = [] if offer is None or source == "memory" \
+                    else offer.unmeasured(entry)
+                if unmeasured and self._updating(key):
+                    return self._top_up(key, entry, unmeasured, tune_fn)
+                self._count_hit(key, entry, source, len(unmeasured))
                 return entry
             self.stats.misses += 1
             self.miss_keys.append(key)
+            reason = refusal[0] if refusal else self._miss_reason(key)
+            self.stats.miss_reasons[reason] += 1
+            if refusal:
+                self.miss_refusals[key] = refusal[1]
             remote = self.cache.remote
             if remote is not None and remote.last_lookup_failed:
                 self.miss_notes[key] = remote.unreachable_note()
             if self.options.require_complete_autotune_results:
-                self.stats.fusions[key] = {"status": "missed", "source": None}
+                self.stats.fusions[key] = {"status": "missed", "source": None,
+                                           "miss_reason": reason}
                 raise AutotuneCacheMissError(self.miss_keys, self.miss_notes,
-                                             self._stale(self.miss_keys))
+                                             self._stale(self.miss_keys),
+                                             self.miss_refusals)
             policy = self.options.autotune_miss_policy
             # The default policy needs no neighbours: no scan of the cache.
             neighbours = neighbours_fn() if neighbours_fn and \
@@ -276,14 +351,117 @@ class Session:
                 return self._nearest(key, same_device[0])
             seeds = reuse.seed_configs(neighbours) if policy == "seeded" \
                 else []
-            entry = self._count_tuned(key, tune_fn(seeds))
-            if self._rank() not in (None, 0):
-                # Every rank tuned the same winner: rank 0 writes it.
-                self.cache.remember(entry)
-                return entry
-            return self.cache.store(entry)
+            entry = self._count_tuned(key, tune_fn(seeds, None), reason)
+            return self._keep(entry)
 
-    def _count_hit(self, key, entry, source):
+    def _keep(self, entry):
+        """A freshly tuned entry into the caches this process writes."""
+        if self._rank() not in (None, 0):
+            # Every rank tuned the same winner: rank 0 writes it.
+            self.cache.remember(entry)
+            return entry
+        return self.cache.store(entry)
+
+    def _refusal(self, entry, offer):
+        """(reason, words) when a cached entry of the very key looked up
+        must not be used; None when it may."""
+        why = offer.why_not(entry.best) if offer is not None else None
+        if why is not None:
+            return offers.NOT_OFFERED, why
+        if self.options.autotune_version_match == "strict":
+            drift = self._drift(entry)
+            if drift is not None:
+                what, then, now = drift
+                return OTHER_VERSION, (f"tuned with {what} {then}, running "
+                                       f"{now} (--autotune_version_match="
+                                       "strict)")
+        return None
+
+    def _drift(self, entry):
+        provenance = entry.provenance
+        if not provenance.triton_version:
+            # Older entries: the device key names the Triton they ran.
+            named = _DEVICE_TRITON.search(entry.key.device)
+            if named:
+                provenance = provenance._replace(
+                    triton_version=named.group(0)[len("/triton-"):])
+        return version_drift(provenance, self.versions)
+
+    def _index(self):
+        """(loaded keys by (kernel, signature), loaded entries by their key
+        without the device's Triton version, key versions by kernel) of
+        the loaded results files; built on the first miss."""
+        if self._loaded_index is None:
+            by_fusion = collections.defaultdict(list)
+            by_loose = {}
+            versions = collections.defaultdict(set)
+            for k, e in self.cache.loaded.items():
+                by_fusion[(k.kernel, k.signature)].append(k)
+                by_loose[(_without_triton(k.device), k.kernel, k.fingerprint,
+                          k.signature, k.key_version)] = e
+                versions[k.kernel].add(k.key_version)
+            self._loaded_index = by_fusion, by_loose, versions
+        return self._loaded_index
+
+    def _other_version(self, key):
+        """A loaded entry of this key tuned under another Triton (the device
+        key names the version): (entry, source), else (None, None)."""
+        if not self.cache.loaded:
+            return None, None
+        entry = self._index()[1].get((_without_triton(key.device), key.kernel,
+                                      key.fingerprint, key.signature,
+                                      key.key_version))
+        if entry is None or entry.key.device == key.device:
+            return None, None
+        return entry, self.cache.sources[entry.key]
+
+    def _miss_reason(self, key):
+        """Why no loaded entry answered `key` (one of MISS_REASONS)."""
+        if not self.cache.loaded:
+            return MISSING
+        by_fusion, _, versions = self._index()
+        found = by_fusion.get((key.kernel, key.signature), ())
+        if any(k.device == key.device and k.fingerprint != key.fingerprint
+               for k in found):
+            return KERNEL_CHANGED
+        if versions.get(key.kernel, {key.key_version}) - {key.key_version}:
+            return KEY_FORMAT_CHANGE
+        if found:
+            return OTHER_DEVICE
+        return MISSING
+
+    def _updating(self, key):
+        """Whether this run updates the cache that holds `key` (its file is
+        the incumbents file, and not every fusion is re-measured)."""
+        return not self.options.autotune_retune and \
+            self.incumbent_for(key) is not None
+
+    def _top_up(self, key, entry, unmeasured, tune_fn):
+        """An update of a hit whose decoration offers configs it never
+        measured: those are measured with its winner as the incumbent (not
+        the whole list again), and their times join the entry's."""
+        tuned = tune_fn([], [entry.best] + unmeasured)
+        if tuned.best == entry.best:
+            # The winner stays, its entry as it was but for the new times.
+            new = [c for c in tuned.candidates if c.config in unmeasured]
+            tuned = entry.replace(candidates=entry.candidates + tuple(new))
+        else:
+            measured = {c.config for c in tuned.candidates}
+            tuned = tuned.replace(candidates=tuple(
+                c for c in entry.candidates if c.config not in measured)
+                + tuple(tuned.candidates))
+        tuned = tuned.replace(candidates=sorted(
+            tuned.candidates, key=lambda c: c.config.sort_key))
+        self.stats.tuned += 1
+        self.stats.tuning_seconds += tuned.provenance.tuning_seconds \
+            if tuned.best != entry.best else 0.0
+        self.stats.fusions[key] = {
+            "status": "tuned", "source": None,
+            "miss_reason": f"{len(unmeasured)} offered config(s) added",
+            **self.device_times.pop(key, {})}
+        return self._keep(tuned)
+
+    def _count_hit(self, key, entry, source, unmeasured=0):
         """Statistics of a hit; an entry from below memory is remembered."""
         if source == "memory":
             return
@@ -294,8 +472,15 @@ class Session:
         else:
             self.stats.hits += 1
             self.stats.fusions[key] = {"status": "hit", "source": source}
+        drift = self._drift(entry)
+        if drift is not None:
+            self.stats.version_drift[drift] += 1
+            self.stats.fusions[key]["tuned_with"] = f"{drift[0]} {drift[1]}"
+        if unmeasured:
+            self.stats.unmeasured_configs += unmeasured
+            self.stats.fusions[key]["unmeasured_configs"] = unmeasured
         self.stats.saved_seconds += _saved_by(entry)
-        self.cache.remember(entry)
+        self.cache.remember(entry, key)
 
     def _nearest(self, key, nearest):
         """The nearest policy: the nearest shape's entry, under this key."""
@@ -309,12 +494,13 @@ class Session:
         self.cache.remember(entry)
         return entry
 
-    def _count_tuned(self, key, entry):
+    def _count_tuned(self, key, entry, reason):
         """Statistics of a tuned fusion; the incumbent's entry as it was when
         the tuning kept its config (so a dump is byte-identical)."""
         self.stats.tuned += 1
         self.stats.tuning_seconds += entry.provenance.tuning_seconds
         self.stats.fusions[key] = {"status": "tuned", "source": None,
+                                   "miss_reason": reason,
                                    **self.device_times.pop(key, {})}
         incumbent = self.incumbent_for(key)
         if incumbent is None:
@@ -383,6 +569,13 @@ class Session:
             if times:
                 self.device_times[key] = times
 
+    def device_wait_s(self):
+        """Seconds the fusion being tuned waited for its device lock: not
+        tuning time (another process was measuring), so kept out of the
+        entry's tuning_seconds; the report lists it as device_wait_s."""
+        turn = self._device_turn
+        return (turn.waited_s or 0.0) if turn is not None else 0.0
+
     def take_device(self):
         """Waits for this process's device lock during a fusion's tuning
         (before its first measurement here or in a worker)."""
@@ -398,8 +591,9 @@ class Session:
 
     # -- exit ------------------------------------------------------------
     def dump_entries(self):
-        """The results this run used: hits and tuned fusions, this device."""
-        return list(self.cache.memory.values())
+        """The results this run used: hits and tuned fusions, this device
+        (and entries tuned under another Triton that answered its keys)."""
+        return list({e.key: e for e in self.cache.memory.values()}.values())
 
     def _read_existing_dump(self, path):
         try:
@@ -432,6 +626,9 @@ class Session:
                 + (f"{s.remote_hits} remote hit, " if self.cache.remote
                    else "")
                 + f"{s.tuned} tuned, {s.misses} missed"
+                + (" (" + ", ".join(f"{n} {reason}" for reason, n in
+                                    sorted(s.miss_reasons.items())) + ")"
+                   if s.miss_reasons else "")
                 + (f" ({s.nearest} served by nearest shape)" if s.nearest
                    else "")
                 + (f"; incumbents: {s.incumbents_kept} kept, "
@@ -440,6 +637,12 @@ class Session:
                 + f"; {s.candidate_benchmarks} candidate benchmarks, "
                 f"{s.tuning_seconds:.2f} s tuning, "
                 f"{s.saved_seconds:.2f} s saved by hits")
+        for (what, then, now), n in sorted(s.version_drift.items()):
+            line += (f"; {n} entries tuned with {what} {then}, running {now}:"
+                     " regenerate --retune refreshes them")
+        if s.unmeasured_configs:
+            line += (f"; {s.unmeasured_configs} offered config(s) never "
+                     "measured (an update measures them)")
         return line
 
     def _write_report_page(self, dump, entries):
@@ -479,6 +682,8 @@ class Session:
                 "distributed": self.distributed_report(),
                 "missing": [{"kernel": k.kernel, "signature": k.signature,
                              "device": k.device,
+                             "reason": self.stats.fusions.get(k, {}).get(
+                                 "miss_reason"),
                              **({"note": self.miss_notes[k]}
                                 if k in self.miss_notes else {})}
                             for k in self.miss_keys],

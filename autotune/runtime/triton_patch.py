@@ -6,8 +6,11 @@ sitecustomize.py) calls it at start-up."""
 import sys
 import threading
 
+from autotune import log as logs
 from autotune.runtime.autotuner import (Autotuner, autotune,
                                          refuse_cuda_graph_restore)
+
+log = logs.get("runtime")
 
 _INSTALLED = {}
 _INSTALL_LOCK = threading.Lock()
@@ -62,7 +65,46 @@ def _delegate(triton_autotuner):
     return tuned
 
 
+def wraps_a_triton_kernel(triton_autotuner):
+    """Whether a @triton.jit kernel (a JITFunction, or an InterpretedFunction
+    under the interpreter) is under Triton's autotuner, through any
+    triton.heuristics layers. A wrapper of another kind (a test double, a
+    library's own launcher) stays with Triton's own autotuner: this
+    project fingerprints and launches kernels only."""
+    from triton.runtime.jit import JITFunction
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        InterpretedFunction = JITFunction
+    obj = getattr(triton_autotuner, "fn", None)
+    for _ in range(32):  # a .fn chain that loops is not a kernel either
+        if isinstance(obj, (JITFunction, InterpretedFunction)):
+            return True
+        obj = getattr(obj, "fn", None)
+        if obj is None:
+            return False
+    return False
+
+
+def _left_to_triton(triton_autotuner):
+    """True (after one note per autotuner) when Triton's own autotuner runs
+    this one (see wraps_a_triton_kernel)."""
+    verdict = triton_autotuner.__dict__.get("_rules_autotune_skipped")
+    if verdict is None:
+        verdict = not wraps_a_triton_kernel(triton_autotuner)
+        triton_autotuner.__dict__["_rules_autotune_skipped"] = verdict
+        if verdict:
+            inner = getattr(triton_autotuner, "fn", None)
+            log.info(f"autotune: note: Triton's autotuner wraps "
+                     f"{type(inner).__name__} {getattr(inner, '__name__', '')}"
+                     ", not a @triton.jit kernel; left to Triton's own "
+                     "autotuner (not cached)")
+    return verdict
+
+
 def _triton_run(self, *args, **kwargs):
+    if _left_to_triton(self):
+        return _INSTALLED["run"](self, *args, **kwargs)
     tuned = _delegate(self)
     try:
         return tuned.run(*args, **kwargs)
@@ -76,6 +118,9 @@ def _triton_run(self, *args, **kwargs):
 
 
 def _triton_warmup(self, *args, **kwargs):
+    if _left_to_triton(self):
+        original = _INSTALLED["warmup"]
+        return None if original is None else original(self, *args, **kwargs)
     return _delegate(self).warmup(*args, **kwargs)
 
 

@@ -88,6 +88,10 @@ class TuningOptions:
     atol: Optional[float] = None
     warn_once: Optional[Callable] = None
     clock: Optional[Callable] = None
+    # The first offered config (an untuned launch's): always measured.
+    default: Any = None
+    # How candidates are timed, in words (Provenance.method).
+    timing_method: str = ""
 
 
 class Tuning:
@@ -277,8 +281,9 @@ class Tuning:
         if seeds and budget:
             budget = max(len(seeds) + 1, budget // 2)
         first = list(seeds)
-        if incumbent is not None and incumbent not in first:
-            first.append(incumbent)
+        for config in (incumbent, opts.default):
+            if config is not None and config not in first:
+                first.append(config)
         progress = self._progress(
             len(opts.space), budget or max(16, min(len(opts.space), 64)))
         clock = opts.clock
@@ -321,11 +326,24 @@ class Tuning:
                 "outputs with outputs=[...]"))
 
     def _entry_of(self, result):
-        """The cache entry of a finished tuning."""
+        """The cache entry of a finished tuning. Its tuning_seconds leave out
+        the wait for another process's device lock (the report keeps it as
+        device_wait_s); its provenance records how it was measured and the
+        first offered config's time."""
+        sess = self.session
+        provenance = tuner.provenance_for(sess.backend, result)
+        tuning_s = max(0.0, result.seconds - sess.device_wait_s())
+        default_us = next((c.run_time_us for c in result.candidates
+                           if c.config == self.options.default and c.ok),
+                          0.0)
+        provenance = provenance._replace(
+            tuning_seconds=round(tuning_s, 3),
+            method=self.options.timing_method,
+            default_run_time_us=default_us)
         return Entry(self.key, result.best.config, result.best.run_time_us,
                      sorted(result.candidates,
                             key=lambda c: c.config.sort_key),
-                     tuner.provenance_for(self.session.backend, result))
+                     provenance)
 
 
 def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),

@@ -82,6 +82,17 @@ class Space:
                                  f"{type(e).__name__}: {e} for {values}")
         return True
 
+    def offers(self, config):
+        """Whether `config` is a point of this space (its parameters, its
+        values, its constraints)."""
+        if set(config.kwargs) != set(self.params):
+            return False
+        values = {**config.kwargs, "num_warps": config.num_warps,
+                  "num_stages": config.num_stages}
+        return all(values[name] in choices
+                   for name, choices in self.dimensions) and \
+            self.allows(values) and config == self.config_of(values)
+
     def config_of(self, values):
         kwargs = {k: values[k] for k in self.params}
         return Config(kwargs, values.get("num_warps", 4),

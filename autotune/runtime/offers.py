@@ -1,0 +1,56 @@
+"""What a decoration offers now, held against a cached entry.
+
+Results are shared by kernel, source and key, not by the config list: two
+decorations of one kernel may offer different configs, and a config can
+be deleted from a list after it won. A cached winner is used only if the
+current decoration offers it (its config list after pruning, as Triton
+prunes, or its search space); otherwise the entry is stale and re-tuned.
+Configs added to a list leave the entry a hit, with the added configs
+counted as never measured (an update measures just those).
+"""
+NOT_OFFERED = "config no longer offered"
+
+
+def _names(config):
+    return set(config.kwargs)
+
+
+class Offer:
+    """The configs one call of a decoration offers: `configs_fn()` (its
+    list after pruning, computed on first use: a miss or a fresh lookup
+    needs it, a memoized hit does not) or `space` (a search space)."""
+
+    def __init__(self, configs_fn=None, space=None):
+        self._configs_fn = configs_fn
+        self._configs = None
+        self.space = space
+
+    @property
+    def configs(self):
+        if self._configs is None and self._configs_fn is not None:
+            self._configs = list(dict.fromkeys(self._configs_fn()))
+        return self._configs
+
+    def why_not(self, config):
+        """None when `config` is offered; else why it is not, in words."""
+        if self.space is not None:
+            return None if self.space.offers(config) else \
+                f"{NOT_OFFERED} ({config.short()} is outside the search space)"
+        if config in self.configs:
+            return None
+        names = set().union(*map(_names, self.configs))
+        if _names(config) != names:
+            return (f"config parameters changed (cached {config.short()}; "
+                    f"the decoration's configs set "
+                    f"{', '.join(sorted(names)) or 'no parameters'})")
+        return f"{NOT_OFFERED} ({config.short()})"
+
+    def unmeasured(self, entry):
+        """Offered configs the entry never measured (a search space is
+        explored in part by design: none)."""
+        if self.configs is None:
+            return []
+        measured = {c.config for c in entry.candidates}
+        measured.add(entry.best)
+        return [c for c in self.configs if c not in measured]
+

@@ -1,0 +1,169 @@
+"""`autotune_cache merge-driver` (autotune/cli/merge_driver.py) under a
+real `git merge` of two branches in a temporary repository."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autotune import codec
+from autotune.records import CacheKey, Candidate, Config, Entry, Provenance
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVICE = "cpu/test"
+
+
+def entry(n, block, run_time_us, stamp="2026-11-01T00:00:00Z"):
+    config = Config({"BLOCK": block})
+    return Entry(CacheKey(DEVICE, "k", "00ff", f"n={n}"), config, run_time_us,
+                 [Candidate(config, run_time_us)],
+                 Provenance(timestamp=stamp, timing_spread=0.01))
+
+
+def git(repo, *args, check=True):
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PYTHONPATH": ROOT}
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=check,
+                          capture_output=True, text=True)
+
+
+def make_repo(tmp_path, name, base, driver=True):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    if driver:
+        (repo / ".gitattributes").write_text(
+            "*.textproto merge=autotune-cache\n*.pb merge=autotune-cache\n")
+        git(repo, "config", "merge.autotune-cache.driver",
+            f"{sys.executable} -m autotune.cli.cache_tool merge-driver "
+            "%O %A %B %P")
+    path = repo / name
+    codec.dump_results(base, str(path))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    return repo, path
+
+
+def commit_on(repo, path, branch, entries, start="main"):
+    git(repo, "checkout", "-q", "-b", branch, start)
+    codec.dump_results(entries, str(path))
+    git(repo, "commit", "-q", "-am", branch)
+
+
+BASE = [entry(1, 16, 10.0), entry(2, 16, 20.0), entry(3, 16, 30.0)]
+
+
+@pytest.mark.parametrize("name", ["k.textproto", "k.pb"])
+def test_branches_that_regenerated_different_fusions_merge_cleanly(
+        tmp_path, name):
+    repo, path = make_repo(tmp_path, name, BASE)
+    ours = [entry(1, 32, 8.0), BASE[1], BASE[2], entry(4, 16, 40.0)]
+    theirs = [BASE[0], entry(2, 64, 12.0), entry(5, 16, 50.0)]  # n=3 pruned
+    commit_on(repo, path, "ours", ours)
+    commit_on(repo, path, "theirs", theirs, start="main")
+    git(repo, "checkout", "-q", "ours")
+    result = git(repo, "merge", "-q", "--no-edit", "theirs", check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    merged = codec.load_results(str(path), parse_all=True)
+    winners = {e.key.signature: (e.best.kwargs["BLOCK"], e.run_time_us)
+               for e in merged}
+    assert winners == {"n=1": (32, 8.0), "n=2": (64, 12.0),
+                       "n=4": (16, 40.0), "n=5": (16, 50.0)}
+    # Canonical form: what a later write of the same entries produces.
+    assert path.read_bytes() == codec.encode(merged, str(path))
+    assert "1 removed on one side" in result.stderr
+
+
+def test_one_fusion_on_both_branches_is_decided_by_the_merge_rule(tmp_path):
+    repo, path = make_repo(tmp_path, "k.textproto", BASE)
+    commit_on(repo, path, "ours", [entry(1, 32, 9.0), *BASE[1:]])
+    commit_on(repo, path, "theirs", [entry(1, 64, 5.0), *BASE[1:]])
+    git(repo, "checkout", "-q", "ours")
+    result = git(repo, "merge", "--no-edit", "theirs", check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    merged = {e.key.signature: e for e in
+              codec.load_results(str(path), parse_all=True)}
+    # Neither is the ancestor's winner: the smaller config stays unless the
+    # other is faster by more than the margin (here 44 %).
+    assert merged["n=1"].best == Config({"BLOCK": 64})
+    assert "conflict: k [n=1]" in result.stderr
+    assert "kept theirs's" in result.stderr
+
+
+def test_without_the_driver_the_same_merge_conflicts(tmp_path):
+    repo, path = make_repo(tmp_path, "k.textproto", BASE, driver=False)
+    commit_on(repo, path, "ours", [entry(1, 32, 9.0), *BASE[1:]])
+    commit_on(repo, path, "theirs", [entry(1, 64, 5.0), *BASE[1:]])
+    git(repo, "checkout", "-q", "ours")
+    assert git(repo, "merge", "--no-edit", "theirs",
+               check=False).returncode != 0
+
+
+def test_policy_fail_leaves_the_conflict_to_git(tmp_path):
+    repo, path = make_repo(tmp_path, "k.textproto", BASE)
+    git(repo, "config", "merge.autotune-cache.driver",
+        f"{sys.executable} -m autotune.cli.cache_tool merge-driver "
+        "--policy=fail %O %A %B %P")
+    ours = [entry(1, 32, 9.0), *BASE[1:]]
+    commit_on(repo, path, "ours", ours)
+    commit_on(repo, path, "theirs", [entry(1, 64, 5.0), *BASE[1:]])
+    git(repo, "checkout", "-q", "ours")
+    result = git(repo, "merge", "--no-edit", "theirs", check=False)
+    assert result.returncode != 0
+    assert "1 conflict(s); nothing written" in result.stderr
+    assert path.read_bytes() == codec.encode(ours, str(path))
+
+
+def run_driver(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.cli.cache_tool", "merge-driver",
+         *map(str, args)], cwd=ROOT, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ("garbage", "theirs version of testdata/k.textproto"),
+    ("version: 99\n", "theirs version of testdata/k.textproto"),
+    (None, "ancestor version of testdata/k.textproto"),
+])
+def test_bad_input_is_one_line_and_leaves_ours_untouched(tmp_path, bad,
+                                                         expected):
+    base, ours, theirs = (tmp_path / n for n in ("O", "A", "B"))
+    codec.dump_results(BASE, str(base) + ".textproto")
+    os.rename(str(base) + ".textproto", base)
+    before = codec.encode([entry(1, 32, 9.0)], "x.textproto")
+    ours.write_bytes(before)
+    if bad is None:
+        theirs.write_bytes(codec.encode(BASE, "x.textproto"))
+        base.unlink()
+    else:
+        theirs.write_text(bad)
+    result = run_driver(base, ours, theirs, "testdata/k.textproto")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert ours.read_bytes() == before
+
+
+def test_an_empty_ancestor_is_two_branches_that_added_the_file(tmp_path):
+    base, ours, theirs = (tmp_path / n for n in ("O", "A", "B"))
+    base.write_bytes(b"")
+    ours.write_bytes(codec.encode([BASE[0]], "x.pb"))
+    theirs.write_bytes(codec.encode([BASE[1]], "x.pb"))
+    result = run_driver(base, ours, theirs, "k.pb")
+    assert result.returncode == 0, result.stderr
+    assert ours.read_bytes() == codec.encode(BASE[:2], "x.pb")
+
+
+def test_the_ancestors_winner_keeps_the_incumbent_margin(tmp_path):
+    """Ours re-measured the ancestor's winner; theirs found a config 7 %
+    faster: inside the incumbent's margin (8 %), outside the plain one (5 %)."""
+    base, ours, theirs = (tmp_path / n for n in ("O", "A", "B"))
+    base.write_bytes(codec.encode([entry(1, 16, 10.0)], "x.textproto"))
+    ours.write_bytes(codec.encode(
+        [entry(1, 16, 10.0, stamp="2026-11-02T00:00:00Z")], "x.textproto"))
+    theirs.write_bytes(codec.encode([entry(1, 32, 9.3)], "x.textproto"))
+    result = run_driver(base, ours, theirs, "k.textproto")
+    assert result.returncode == 0, result.stderr
+    [kept] = codec.decode(ours.read_bytes(), "x.textproto")
+    assert kept.best == Config({"BLOCK": 16})

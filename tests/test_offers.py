@@ -1,0 +1,270 @@
+"""A cached winner is used only while the decoration offers it
+(autotune/runtime/offers.py, Session.resolve); every miss has a reason;
+entries tuned under another Triton are hits in loose version matching and
+stale in strict."""
+import os
+
+import pytest
+
+import autotune
+from autotune import codec
+from autotune.errors import AutotuneCacheMissError
+from autotune.records import Config
+from autotune.runtime import offers
+from autotune.search.space import Space
+
+import tiny_kernels as tk
+
+pytest_plugins = ["pytester"]
+
+A, B = tk.GOOD  # BLOCK=16 (num_warps=2), BLOCK=32
+C = Config({"BLOCK": 64, "BUG": 0}, num_warps=4)
+
+
+def tuned_cache(session_factory, tmp_path, configs, n=40):
+    """A dump of one fusion tuned over `configs`; (path, its entry)."""
+    dump = tmp_path / "cache.textproto"
+    sess = session_factory(dump_autotune_results_to=str(dump))
+    tk.run(tk.make_tuner(configs), n)
+    sess.finish()
+    [entry] = codec.load_results(str(dump), parse_all=True)
+    return dump, entry
+
+
+def test_a_winner_deleted_from_the_list_is_stale(session_factory, tmp_path):
+    dump, entry = tuned_cache(session_factory, tmp_path, [A, B])
+    remaining = [c for c in (A, B) if c != entry.best] + [C]
+    sess = session_factory(load_autotune_results_from=[str(dump)],
+                           require_complete_autotune_results=True)
+    with pytest.raises(AutotuneCacheMissError) as info:
+        tk.run(tk.make_tuner(remaining), 40)
+    text = str(info.value)
+    assert "1 fusion(s) stale" in text
+    assert f"stale: config no longer offered ({entry.best.short()})" in text
+    assert sess.stats.miss_reasons == {"config no longer offered": 1}
+
+
+def test_a_stale_winner_is_retuned_among_the_configs_offered(
+        session_factory, tmp_path):
+    dump, entry = tuned_cache(session_factory, tmp_path, [A, B])
+    remaining = [c for c in (A, B) if c != entry.best] + [C]
+    sess = session_factory(load_autotune_results_from=[str(dump)])
+    tuned = tk.make_tuner(remaining)
+    tk.run(tuned, 40)
+    assert sess.stats.tuned == 1 and sess.stats.hits == 0
+    assert tuned.best_config in remaining
+    assert "1 missed (1 config no longer offered)" in sess.summary_line()
+
+
+def test_two_decorations_never_share_a_winner_one_does_not_offer(
+        session_factory):
+    sess = session_factory()
+    wide = Config({"BLOCK": 128, "BUG": 0}, num_warps=4)
+    first, second = tk.make_tuner([A, wide]), tk.make_tuner([B, C])
+    tk.run(first, 40)
+    assert first.best_config in (A, wide)
+    tk.run(second, 40)
+    assert second.best_config in (B, C)
+    assert sess.stats.miss_reasons == {"missing": 1,
+                                       "config no longer offered": 1}
+    tk.run(first, 40)
+    assert first.best_config in (A, wide)
+
+
+def test_added_configs_keep_the_hit_and_are_counted(session_factory,
+                                                    tmp_path):
+    dump, entry = tuned_cache(session_factory, tmp_path, [A, B])
+    sess = session_factory(load_autotune_results_from=[str(dump)],
+                           require_complete_autotune_results=True)
+    tk.run(tk.make_tuner([A, B, C]), 40)
+    assert sess.stats.hits == 1 and sess.stats.candidate_benchmarks == 0
+    assert sess.stats.unmeasured_configs == 1
+    assert "1 offered config(s) never measured" in sess.summary_line()
+
+
+def test_an_update_measures_only_the_added_configs_and_the_incumbent(
+        session_factory, tmp_path):
+    dump, entry = tuned_cache(session_factory, tmp_path, [A, B])
+    before = dump.read_bytes()
+    sess = session_factory(autotune_incumbents_from=[str(dump)],
+                           dump_autotune_results_to=str(dump))
+    tk.run(tk.make_tuner([A, B, C]), 40)
+    # Two benchmarks (the incumbent and C), not the whole list of three.
+    assert sess.stats.candidate_benchmarks == 2
+    sess.finish()
+    [after] = codec.load_results(str(dump), parse_all=True)
+    assert {c.config for c in after.candidates} == {A, B, C}
+    assert dump.read_bytes() != before
+    # A second update finds nothing left to measure.
+    sess = session_factory(autotune_incumbents_from=[str(dump)],
+                           dump_autotune_results_to=str(dump))
+    tk.run(tk.make_tuner([A, B, C]), 40)
+    assert sess.stats.candidate_benchmarks == 0 and sess.stats.hits == 1
+
+
+def test_configs_with_other_meta_parameters_are_never_launched(
+        session_factory, tmp_path):
+    dump, entry = tuned_cache(session_factory, tmp_path, [A, B])
+    other = [Config({"BLOCK": 16}, num_warps=2)]  # no BUG parameter
+    offer = offers.Offer(lambda: other)
+    why = offer.why_not(entry.best)
+    assert why.startswith("config parameters changed")
+    assert "set BLOCK" in why
+
+
+def test_a_search_space_offers_its_points_only():
+    space = Space({"BLOCK": [16, 32]}, constraints=["BLOCK * num_warps <= 64"],
+                  num_warps=[2, 4], num_stages=[2])
+    offer = offers.Offer(space=space)
+    assert offer.why_not(Config({"BLOCK": 16}, num_warps=4, num_stages=2)) \
+        is None
+    assert offer.why_not(Config({"BLOCK": 32}, num_warps=4, num_stages=2)) \
+        .startswith("config no longer offered")  # the constraint
+    assert offer.why_not(Config({"BLOCK": 64}, num_warps=2, num_stages=2))
+    assert offer.why_not(Config({"BLOCK": 16}, num_warps=2, num_stages=3))
+    assert offer.unmeasured(None) == []
+
+
+def _retag(dump, version):
+    """The cache as if tuned under Triton `version`."""
+    text = dump.read_text()
+    current = autotune.runtime.session.session().versions["triton_version"]
+    text = text.replace(f"triton-{current}", f"triton-{version}")
+    text = text.replace(f'triton_version: "{current}"',
+                        f'triton_version: "{version}"')
+    text = "\n".join(line for line in text.splitlines()
+                     if not line.startswith("# crc32"))
+    dump.write_text(text + "\n")
+
+
+def test_another_triton_is_a_counted_hit_in_loose_matching(session_factory,
+                                                           tmp_path):
+    dump, entry = tuned_cache(session_factory, tmp_path, [A, B])
+    _retag(dump, "2.1.0")
+    sess = session_factory(load_autotune_results_from=[str(dump)],
+                           require_complete_autotune_results=True)
+    tk.run(tk.make_tuner([A, B]), 40)
+    assert sess.stats.hits == 1
+    running = sess.versions["triton_version"].rsplit(".", 1)[0]
+    assert (f"1 entries tuned with Triton 2.1, running {running}: "
+            "regenerate --retune refreshes them") in sess.summary_line()
+    [drift] = sess.report()["version_drift"]
+    assert drift["tuned_with"] == "2.1" and drift["entries"] == 1
+
+
+def test_another_triton_is_stale_in_strict_matching(session_factory,
+                                                    tmp_path):
+    dump, entry = tuned_cache(session_factory, tmp_path, [A, B])
+    _retag(dump, "2.1.0")
+    session_factory(load_autotune_results_from=[str(dump)],
+                    require_complete_autotune_results=True,
+                    autotune_version_match="strict")
+    with pytest.raises(AutotuneCacheMissError,
+                       match=r"stale: tuned with Triton 2\.1, running"):
+        tk.run(tk.make_tuner([A, B]), 40)
+
+
+def test_every_miss_has_a_reason(session_factory, tmp_path):
+    dump, entry = tuned_cache(session_factory, tmp_path, [A, B])
+    text = dump.read_text()
+    other = tmp_path / "other.textproto"
+    other.write_text("\n".join(
+        line.replace(entry.key.device, "NVIDIA H200/sm_90/sms=132/triton-9")
+        .replace(entry.key.fingerprint, "0" * 16)
+        if not line.startswith("# crc32") else ""
+        for line in text.splitlines()) + "\n")
+    sess = session_factory(load_autotune_results_from=[str(other)])
+    tk.run(tk.make_tuner([A, B]), 40)   # same fusion on another device
+    tk.run(tk.make_tuner([A, B]), 8)    # a shape nobody tuned
+    assert sess.stats.miss_reasons == {"other device": 1, "missing": 1}
+    fusions = {f["signature"].split(";")[0]: f
+               for f in sess.report()["fusions"]}
+    assert fusions["n=40"]["miss_reason"] == "other device"
+    assert [m["reason"] for m in sess.report()["missing"]] == [
+        "other device", "missing"]
+
+    edited = tmp_path / "edited.textproto"
+    edited.write_text("\n".join(
+        line.replace(entry.key.fingerprint, "0" * 16)
+        if not line.startswith("# crc32") else ""
+        for line in text.splitlines()) + "\n")
+    sess = session_factory(load_autotune_results_from=[str(edited)])
+    tk.run(tk.make_tuner([A, B]), 40)
+    assert sess.stats.miss_reasons == {"kernel changed": 1}
+    assert "1 missed (1 kernel changed)" in sess.summary_line()
+
+
+def test_the_pytest_ini_key_sets_version_matching(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    pytester.makeini("[pytest]\nautotune_cache = c.textproto\n"
+                     "autotune_version_match = exact\n")
+    result = pytester.runpytest_subprocess("-p", "pytest_autotune")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*autotune_version_match = 'exact'*expected "
+                                 "one of loose, strict*"])
+
+
+def test_verify_names_a_winner_no_longer_offered_and_configs_never_measured(
+        tmp_path, monkeypatch, capsys):
+    from autotune.cli import cache_tool
+    dump = tmp_path / "c.textproto"
+    module = tmp_path / "kernels_v.py"
+    module.write_text(
+        "import tiny_kernels as tk\nfrom autotune import Config\n"
+        "TUNED = tk.make_tuner(tk.GOOD)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    import kernels_v
+    entry_of = {}
+    for best, others in ((A, [B]), (B, [A])):
+        key = autotune.records.CacheKey(
+            "cpu/test", "axpb_kernel", kernels_v.TUNED.fingerprint,
+            f"n={len(entry_of) + 1}")
+        entry_of[best] = autotune.records.Entry(
+            key, best, 1.0, [autotune.records.Candidate(best, 1.0)],
+            autotune.records.Provenance(triton_version="2.1.0"))
+    codec.dump_results(list(entry_of.values()), str(dump))
+    assert cache_tool.main(["verify", str(dump), "--kernel_module",
+                            "kernels_v"]) == 0
+    out = capsys.readouterr().out
+    assert "[n=1] on cpu/test: 1 offered config(s) never measured" in out
+    assert "verify: ok (2 offered config(s) never measured" in out
+    assert "2 entries tuned with Triton 2.1, running " in out
+    kernels_v.TUNED.configs[:] = [A, C]  # B deleted from the list
+    assert cache_tool.main(["verify", str(dump), "--kernel_module",
+                            "kernels_v"]) == 1
+    out = capsys.readouterr().out
+    assert "[n=2] on cpu/test: stale: config no longer offered (" in out
+    assert "1 stale: regenerate" in out
+
+
+def test_waiting_for_the_device_is_not_tuning_time(session_factory, tmp_path,
+                                                   monkeypatch):
+    import signal
+    import subprocess
+    import sys
+    import threading
+    from autotune.measure import device_lock
+    monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(tmp_path))
+    dump = tmp_path / "c.textproto"
+    sess = session_factory(dump_autotune_results_to=str(dump))
+    holder = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "workers",
+                                      "hold_lock.py"), str(tmp_path),
+         device_lock.device_identity(sess.backend)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "HELD"
+        threading.Timer(2.0, holder.send_signal, (signal.SIGKILL,)).start()
+        tk.run(tk.make_tuner(tk.GOOD), 40)
+    finally:
+        holder.kill()
+        holder.wait()
+    [fusion] = sess.report()["fusions"]
+    assert fusion["device_wait_s"] >= 1.5
+    sess.finish()
+    [entry] = codec.load_results(str(dump), parse_all=True)
+    assert entry.provenance.tuning_seconds < fusion["device_wait_s"] - 1.0
+    assert sess.stats.tuning_seconds == pytest.approx(
+        entry.provenance.tuning_seconds, abs=1e-3)
