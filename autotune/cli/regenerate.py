@@ -19,7 +19,9 @@
    driver or Triton version. Each runs under
    tools/gpu_slot.py (--run_under; not when --bazel_arg gives one): one
    dump target per device at a time, on every device.
-3. Merges the dumps of each cache (tag `autotune_cache=PATH`) into the file:
+3. Merges the dumps of each cache (tag `autotune_cache=PATH`) into the file,
+   by the rule every update of a cache file follows
+   (autotune/cache/update.py), pruned on the dumps' devices:
    - an entry whose key and best config did not change is kept exactly as
      it was (its times, candidates and timestamp too), so an unchanged tree
      leaves the file byte-identical;
@@ -32,8 +34,10 @@
      checked in stays unless the other is faster by the selection rule's
      incumbent margin; with neither checked in, the smaller config stays
      unless the other is faster by its margin.
-   The file is written atomically, with the user's umask for a new file
-   (an existing file keeps its mode); missing directories are created.
+   The file is written atomically (codec.atomic_write: a new file gets the
+   user's umask, an existing one keeps its mode, a symbolic link is
+   written through, and a file whose bytes would not change is left
+   alone); missing directories are created.
    While the dumps run, a cache that does not exist yet is an empty file,
    so that a dump target naming it by a label in another package can be
    analysed; it is removed again if its dumps fail.
@@ -43,6 +47,7 @@ shares with others); the command names it and exits 1. Exit 2: bad usage,
 or bazel itself could not run.
 """
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -52,39 +57,44 @@ import tempfile
 import urllib.parse
 import zipfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from autotune.errors import RegenerateError, ToolError
+from autotune import codec
+from autotune.codec import CacheFileError
+from autotune.cache import update as cache_update
+from autotune.cli import cache_tool
+from autotune.cli.cache_tool import WORKSPACE_MARKERS, find_workspace
+from autotune.flags import RETUNE_ENV_VAR
 
-from autotune.errors import RegenerateError, ToolError  # noqa: E402
-from autotune import codec  # noqa: E402
-from autotune.codec import CacheFileError  # noqa: E402
-from autotune.cache import merge  # noqa: E402
-from autotune.cli import cache_tool  # noqa: E402
-from autotune.flags import RETUNE_ENV_VAR  # noqa: E402
-
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import gpu_slot  # noqa: E402
-
-from autotune.contract import (CACHE_TAG_PREFIX as CACHE_TAG,  # noqa: E402
+from autotune.contract import (CACHE_TAG_PREFIX as CACHE_TAG,
                                DUMP_FILE, DUMP_SUFFIX, DUMP_TAG,
                                REGENERATE_COMMAND as COMMAND, REPORT_FILE)
-WORKSPACE_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel",
-                     "REPO.bazel")
+
+# The repository root, where tools/gpu_slot.py is: dump targets run under
+# it, and it uses the standard library alone (it is no part of the
+# package), so regenerate reads its variable names from the file.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 
+class _ToolModule:
+    """tools/NAME.py, loaded at its first use: importing this module must
+    not need the tools folder (an installed package has none)."""
+
+    def __init__(self, name):
+        self._name = name
+        self._module = None
+
+    def __getattr__(self, attribute):
+        if self._module is None:
+            spec = importlib.util.spec_from_file_location(
+                self._name, os.path.join(ROOT, "tools", self._name + ".py"))
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._module = module
+        return getattr(self._module, attribute)
 
 
-def find_workspace(start):
-    """The Bazel workspace root that contains `start`, or None."""
-    here = os.path.abspath(start)
-    while True:
-        if any(os.path.isfile(os.path.join(here, m))
-               for m in WORKSPACE_MARKERS):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            return None
-        here = parent
+gpu_slot = _ToolModule("gpu_slot")
 
 
 def _bazel(bazel, args, cwd, capture=True):
@@ -295,68 +305,19 @@ class Merged:
 
 def merge_dumps(old_entries, dumps):
     """old_entries: the checked-in entries ([] when there is no file).
-    dumps: [(target, entries, device or None)]. See the module docstring
-    for the rules."""
-    old = {e.key: e for e in old_entries}
+    dumps: [(target, entries, device or None)]. The file is updated by the
+    one rule (autotune/cache/update.py), pruned on the dumps' devices: see
+    the module docstring."""
     devices = set()
     for _, entries, device in dumps:
         if device:
             devices.add(device)
         devices.update(e.key.device for e in entries)
-    tuned, found = merge.merge([(target, entries)
-                                for target, entries, _ in dumps],
-                               "measured", old_entries)
-    chosen = {e.key: e for e in tuned}
-    conflicts = [c.line() for c in found]
-    merged, removed = [], []
-    for key, entry in old.items():
-        if key in chosen:
-            continue
-        (removed if key.device in devices else merged).append(entry)
-    for key, entry in chosen.items():
-        previous = old.get(key)
-        # Same key, same winner: the checked-in entry stays as it is.
-        merged.append(previous if previous is not None
-                      and previous.best == entry.best else entry)
-    return Merged(merged, removed, conflicts)
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_cache(entries, path):
-    """Writes atomically; returns False (and leaves the file alone) when its
-    bytes would not change. A new file gets the user's umask; an existing
-    one keeps its mode."""
-    data = codec.encode(entries, path)
-    try:
-        with open(path, "rb") as f:
-            if f.read() == data:
-                return False
-        mode = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".",
-                               suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return True
+    updated = cache_update.update(
+        old_entries, [(target, entries) for target, entries, _ in dumps],
+        prune_devices=devices)
+    return Merged(updated.entries, updated.removed,
+                  [c.line() for c in updated.conflicts])
 
 
 def regenerate_cache(cache, dumps, workspace):
@@ -371,7 +332,8 @@ def regenerate_cache(cache, dumps, workspace):
     merged = merge_dumps(old, dumps)
     for line in merged.conflicts:
         print("regenerate: " + line)
-    written = write_cache(merged.entries, path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    written = codec.dump_results(merged.entries, path)
     diff = cache_tool.Diff(old, merged.entries)
     added, removed, changed = diff.counts()
     sources = ", ".join(t for t, _, _ in dumps)
@@ -488,7 +450,7 @@ def create_placeholders(targets, workspace):
         path = os.path.join(workspace, cache)
         if not os.path.exists(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_cache([], path)
+            codec.dump_results([], path)
             created.append(path)
     return created
 
