@@ -248,9 +248,13 @@ def _write_chunks(f, data):
     if isinstance(data, bytes):
         f.write(data)
         return
-    with contextlib.closing(iter(data)) as chunks:
+    chunks = iter(data)
+    try:
         for chunk in chunks:
             f.write(chunk)
+    finally:  # an encoder stopped halfway runs its clean-up now
+        if hasattr(chunks, "close"):
+            chunks.close()
 
 
 def write_temp(path, data, mode=None):
