@@ -52,6 +52,52 @@ def test_written_files_honour_the_umask(tmp_path, umask):
 
 
 
+def test_a_file_that_holds_the_bytes_already_is_left_as_it_was(tmp_path):
+    path = tmp_path / "c.textproto"
+    entries = make_entries(5)
+    assert codec.dump_results(entries, path) is True
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    before = os.stat(path)
+    assert codec.dump_results(list(reversed(entries)), path) is False
+    after = os.stat(path)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino,
+                                                 before.st_mtime_ns)
+    assert codec.dump_results(entries[:4], path) is True
+    assert codec.load_results(path) == codec.sort_entries(entries[:4])
+
+
+@pytest.mark.parametrize("chunks, expected", [
+    ([b"hello", b" there"], True),      # differs after an equal start
+    ([b"hello"], True),                 # a prefix of what the file holds
+    ([b"hello", b" world", b"!"], True),  # longer
+    ([b"hel", b"lo wo", b"rld", b""], False),
+    (b"hello world", False)])
+def test_the_comparison_runs_as_the_chunks_come(tmp_path, chunks, expected):
+    path = tmp_path / "c.pb"
+    path.write_bytes(b"hello world")
+    content = b"".join(chunks) if isinstance(chunks, list) else chunks
+    data = iter(chunks) if isinstance(chunks, list) else chunks
+    assert codec.atomic_write(path, data) is expected
+    assert path.read_bytes() == content
+    assert os.listdir(tmp_path) == ["c.pb"]  # no temporary file left
+
+
+def test_an_existing_file_keeps_its_mode_through_a_link(tmp_path):
+    target = tmp_path / "real.textproto"
+    link = tmp_path / "link.textproto"
+    codec.dump_results(make_entries(1), target)
+    os.chmod(target, 0o640)
+    link.symlink_to(target)
+    old = os.umask(0o022)
+    try:
+        assert codec.dump_results(make_entries(2), link) is True
+    finally:
+        os.umask(old)
+    assert link.is_symlink()
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o640
+    assert len(codec.load_results(target)) == 2
+
+
 # -- the writer never replaces a special file -----------------------------
 
 def test_convert_into_a_fifo_writes_through(tmp_path):

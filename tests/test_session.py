@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from autotune import codec
 from autotune.errors import AutotuneError, CacheFileError
 
 import tiny_kernels as tk
@@ -119,3 +120,26 @@ def test_summary_line_once_when_a_forked_child_exits(tmp_path):
     assert run.stderr.count("autotune: 1 fusions on ") == 1, run.stderr
     assert run.stderr.count("autotune: dumped ") == 1, run.stderr
     assert report.exists()  # written by the parent, after the child exited
+
+
+
+def test_dump_keeps_an_unchanged_winner_as_the_file_has_it(session_factory,
+                                                           tmp_path):
+    loaded = tmp_path / "loaded.textproto"
+    sess = session_factory(dump_autotune_results_to=str(loaded))
+    tk.run(tk.make_tuner(), 40)
+    sess.finish()
+    (entry,) = codec.load_results(loaded)
+    # The dump's file holds the same winner, measured another time.
+    dump = tmp_path / "dump.textproto"
+    codec.dump_results([entry.replace(
+        run_time_us=entry.run_time_us * 2,
+        provenance=entry.provenance._replace(
+            timestamp="2020-01-01T00:00:00Z"))], dump)
+    before = dump.read_bytes()
+    sess = session_factory(load_autotune_results_from=[str(loaded)],
+                           dump_autotune_results_to=str(dump))
+    tk.run(tk.make_tuner(), 40)
+    assert sess.stats.hits == 1
+    sess.finish()
+    assert dump.read_bytes() == before
