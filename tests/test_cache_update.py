@@ -7,20 +7,9 @@ from autotune import codec
 from autotune.cache import update
 from autotune.cli import regenerate
 from autotune.pytest_plugin import AutotunePlugin
-from autotune.records import CacheKey, Candidate, Config, Entry, Provenance
 from autotune.runtime.session import Session
 
-CPU = "cpu/triton-interpreter/triton-3.9.0"
-GPU = "NVIDIA H200/sm_90/sms=132/triton-3.9.0"
-
-
-def entry(n, block=64, time_us=10.0, device=CPU, fingerprint="00000000aaaa",
-          stamp="2026-11-29T10:00:00Z"):
-    config = Config({"BLOCK": block}, num_warps=4)
-    return Entry(CacheKey(device, "k", fingerprint, f"n={n}"), config,
-                 time_us, [Candidate(config, time_us)],
-                 Provenance("3.9.0", "2.13.0", "", stamp, 0.01, "exhaustive",
-                            0.5))
+from test_e2e_tools import CPU, GPU, entry
 
 
 def keys(entries):
