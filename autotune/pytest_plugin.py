@@ -32,6 +32,7 @@ import pytest
 
 from autotune import codec, flags
 from autotune.cache import merge
+from autotune.cache import update as cache_update
 from autotune.cli import cache_tool
 from autotune.log import printable
 from autotune.log import redact_text  # a URL's password never shows
@@ -546,6 +547,7 @@ class AutotunePlugin:
     def _worker_payload(self):
         entries = self._entries_of_this_process()
         return {"stats": _stats_dict(self.sessions),
+                "devices": sorted({s.device_key for s in self.sessions}),
                 "fusions": _fusion_records(self.sessions),
                 "misses": self.misses, "narrowed": self.narrowed,
                 "bypassing": bypassing_kernels(str(self.config.rootpath)),
@@ -593,40 +595,35 @@ class AutotunePlugin:
         return entries, [c.as_dict() for c in conflicts]
 
     def _finish_update(self, session, exitstatus, runs):
-        tuned, conflicts = self._merge(runs)
-        self.result["conflicts"] = conflicts
         cache = self.settings.cache
+        prune = self.settings.prune and not self.narrowed
+        # Pruning drops what no test used on the devices this run ran on;
+        # another device's entries are that device's to prune.
+        devices = {s.device_key for s in self.sessions} | {
+            device for _, payload in self.worker_outputs
+            for device in payload.get("devices", ())} | {
+            e.key.device for _, entries in runs for e in entries}
+        old = self.old_entries or []
+        updated = cache_update.update(old, runs,
+                                      prune_devices=devices if prune else ())
+        self.result["conflicts"] = [c.as_dict() for c in updated.conflicts]
         if exitstatus != 0 or session.testsfailed:
             self.result["written"] = False
             self.result["not_written_because"] = (
                 f"{session.testsfailed} test(s) failed" if session.testsfailed
                 else f"pytest exit status {int(exitstatus)}")
             return
-        old = self.old_entries or []
-        by_key = {e.key: e for e in old}
-        met = {(e.key.device, e.key.kernel, e.key.signature) for e in tuned}
-        # An unchanged winner keeps its old entry verbatim: the file stays
-        # byte-identical where nothing really changed.
-        new = [by_key[e.key] if e.key in by_key and
-               by_key[e.key].best == e.best else e for e in tuned]
-        prune = self.settings.prune
-        if prune and self.narrowed:
-            prune = False
+        if self.settings.prune and self.narrowed:
             self.result["prune_refused"] = ("not a full run: "
                                             + "; ".join(self.narrowed))
-        for entry in old:
-            if (entry.key.device, entry.key.kernel,
-                    entry.key.signature) in met:
-                continue
-            if not prune:
-                new.append(entry)
+        new = updated.entries
         diff = cache_tool.Diff(old, new)
+        self.diff = diff
         self.result["changes"] = diff.as_dict()
         self.result["entries"] = len(new)
         if not diff and os.path.exists(cache):
             self.result["written"] = False
             self.result["not_written_because"] = "no change"
-            self.diff = diff
             return
         try:
             codec.dump_results(new, cache)
@@ -634,10 +631,8 @@ class AutotunePlugin:
             self.result["written"] = False
             self.result["not_written_because"] = str(e)
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-            self.diff = diff
             return
         self.result["written"] = True
-        self.diff = diff
 
     def pytest_terminal_summary(self, terminalreporter):
         r = self.result

@@ -68,7 +68,7 @@ SLOW_TESTS = {
     "test_results_io.py": ("test_fast_text_reader_agrees_with_text_format",),
     "test_cache_tool.py": ("test_verify_knows_kernels_written_for_triton",
                            "test_every_subcommand_rejects_bad_input"),
-    "test_hardening.py": ("test_failed_dump_at_exit_runs_every_other",),
+    "test_session.py": ("test_failed_dump_at_exit_runs_every_other",),
     "test_package.py": ("test_wheel_",),
 }
 

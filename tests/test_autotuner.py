@@ -12,6 +12,7 @@ import triton
 
 import autotune
 import tiny_kernels
+import tiny_kernels as tk
 from autotune.errors import AutotuneError, AutotuneWarning
 from autotune.measure import tuner
 from autotune.records import Candidate, Config, Entry
@@ -150,3 +151,44 @@ def test_warnings_of_the_miss_path_come_once_per_kernel_at_the_caller(
     assert [str(w.message) for w in caught] == ["first of its kind"]
     assert caught[0].category is AutotuneWarning
     assert caught[0].filename == __file__
+
+
+# -- the decorator's arguments, checked when a kernel is decorated and
+# when used (autotune/runtime/autotuner.py) --------------------------------
+
+def test_perf_model_returning_none_names_kernel_and_argument(
+        session_factory):
+    session_factory()
+    tuned = tk.make_tuner(prune_configs_by={
+        "perf_model": lambda **_: None, "top_k": 1})
+    with pytest.raises(AutotuneError, match="axpb_kernel: prune_configs_by "
+                       "perf_model returned None for BLOCK=16"):
+        tk.run(tuned, 40)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(prune_configs_by={"perf_model": lambda **_: 1.0, "top_k": 0}),
+     "prune_configs_by top_k=0; expected a fraction"),
+    (dict(prune_configs_by={"perf_model": lambda **_: 1.0, "top_k": 0.0}),
+     "prune_configs_by top_k=0.0"),
+    (dict(prune_configs_by={"perf_model": "fast", "top_k": 1}),
+     "prune_configs_by perf_model must be callable, got str"),
+    (dict(reference=42), "reference= must be callable"),
+    (dict(reference=lambda x, y: None), "reference= is called with the "
+     "kernel's arguments by name (x, y, n, alpha), but takes no n, alpha"),
+    (dict(reference=lambda x, y, n, alpha, expected: None),
+     "but requires expected"),
+])
+def test_bad_decorator_arguments_fail_at_decoration(options, message):
+    with pytest.raises(AutotuneError) as info:
+        tk.make_tuner(**options)
+    assert str(info.value).startswith("axpb_kernel: ")
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("reference", [
+    lambda x, y, n, alpha: None, lambda **_: None,
+    lambda x, y, alpha, **_: None, lambda x, *, y, n, alpha, BLOCK=1: None])
+def test_fitting_references_are_accepted(reference):
+    tk.make_tuner(reference=reference)
+

@@ -6,17 +6,15 @@ import sys
 import pytest
 
 from autotune import keys
-from autotune.cli import cache_tool
 from autotune import codec
 from autotune.records import Candidate, Config, Provenance
 
 from test_results_io import make_entries
+from tests_support import (HOSTILE_URLS, assert_no_secret, good_file,
+                           malformed_cache, no_space, one_line_error,
+                           tiny_tmpfs, tool)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tool(*argv):
-    return cache_tool.main([str(a) for a in argv])
 
 
 @pytest.fixture
@@ -364,3 +362,158 @@ def test_a_kernel_module_the_dropin_refuses_is_one_line(tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert "--kernel_module=twice: " in result.stderr
+
+
+# -- a full output disk ---------------------------------------------------
+
+@pytest.mark.parametrize("command", ["convert-file", "merge", "convert-dir"])
+def test_tool_on_a_full_disk_exits_2_naming_the_path(
+        tmp_path, monkeypatch, capsys, command):
+    good = tmp_path / "good.textproto"
+    codec.dump_results(make_entries(3), good)
+    out = tmp_path / "out"
+    no_space(monkeypatch)
+    if command == "convert-file":
+        rc = tool("convert", good, f"{out}.pb")
+    elif command == "merge":
+        rc = tool("merge", good, "-o", f"{out}.pb")
+    else:
+        rc = tool("convert", good, f"{out}/")
+    assert rc == 2
+    one_line_error(capsys, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.textproto"]
+
+
+def test_tool_on_a_full_tmpfs(tmp_path, capsys):
+    good = tmp_path / "good.textproto"
+    codec.dump_results(make_entries(200), good)
+    with tiny_tmpfs(tmp_path / "full") as full:
+        assert tool("convert", good, full / "c.pb") == 2
+        one_line_error(capsys, full / "c.pb")
+        assert tool("convert", good, f"{full}/cd/") == 2
+        one_line_error(capsys, full / "cd")
+        assert sorted(p.name for p in full.iterdir()) == ["filler"]
+
+
+
+# -- bad input and arguments ----------------------------------------------
+
+@pytest.mark.parametrize("argv", [["diff", "{bad}", "{good}"],
+                                  ["diff", "{good}", "{bad}"],
+                                  ["stats", "{bad}"], ["show", "{bad}"],
+                                  ["show", "--entries", "{bad}"],
+                                  ["show", "--json", "{bad}"],
+                                  ["merge", "{good}", "{bad}", "-o", "{out}"],
+                                  ["prune", "{bad}", "--dry-run"],
+                                  ["convert", "{bad}", "{out}"],
+                                  ["verify", "{bad}"]])
+def test_malformed_best_config_is_exit_2_for_every_subcommand(
+        tmp_path, capsys, argv):
+    bad = malformed_cache(tmp_path)
+    good = tmp_path / "good.textproto"
+    codec.dump_results(make_entries(2), good)
+    out = tmp_path / "out.pb"
+    names = dict(bad=bad, good=good, out=out)
+    assert tool(*[a.format(**names) for a in argv]) == 2
+    err = capsys.readouterr()
+    assert "Traceback" not in err.err
+    assert "malformed config params 'BLOCK=32 BUG'" in err.err + err.out
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("age", ["1000000", "1e308", "nan", "inf", "-30",
+                                 "abc"])
+def test_prune_rejects_ages_it_cannot_use(tmp_path, capsys, age):
+    good = tmp_path / "good.textproto"
+    codec.dump_results(make_entries(3), good)
+    out = tmp_path / "out.textproto"
+    assert tool("prune", good, f"--older_than={age}", "-o", out) == 2
+    one_line_error(capsys, "--older_than")
+    assert not out.exists()
+
+
+def test_prune_by_age_keeps_recent_entries(tmp_path):
+    good = tmp_path / "good.textproto"
+    codec.dump_results(make_entries(3), good)  # tuned 2026-11-29
+    out = tmp_path / "out.textproto"
+    assert tool("prune", good, "--older_than=0", "-o", out) == 0
+    assert codec.load_results(out) == []
+    assert tool("prune", good, "--older_than=100000d", "-o", out) == 0
+    assert len(codec.load_results(out)) == 3
+
+
+def test_convert_into_a_directory_under_a_file(tmp_path, capsys):
+    good = tmp_path / "good.textproto"
+    codec.dump_results(make_entries(2), good)
+    assert tool("convert", good, f"{good}/sub/") == 2
+    one_line_error(capsys, good)
+
+
+def test_kernel_module_that_raises_on_import(tmp_path, monkeypatch, capsys):
+    (tmp_path / "explodes.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    good = tmp_path / "good.textproto"
+    codec.dump_results(make_entries(2), good)
+    assert tool("verify", good, "--kernel_module=explodes") == 2
+    one_line_error(capsys, "explodes", "boom")
+
+
+def test_one_byte_flipped_in_a_binary_file_fails_verify(tmp_path, capsys):
+    path = tmp_path / "c.pb"
+    codec.dump_results(make_entries(3), path)
+    data = path.read_bytes()
+    at = data.index(b"num_warps") if b"num_warps" in data else \
+        data.index(b"BLOCK_M=") + len("BLOCK_M=")
+    flipped = bytearray(data)
+    flipped[at] = ord("6") if data[at:at + 1] != b"6" else ord("3")
+    path.write_bytes(bytes(flipped))
+    assert len(codec.load_results(path)) == 3  # still parses
+    assert tool("verify", path) == 2
+    assert "checksum mismatch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["merge", "{bad}", "-o", "{out}"],
+                                  ["prune", "{bad}", "-o", "{out}"],
+                                  ["convert", "{bad}", "{out}"],
+                                  ["diff", "{bad}", "{bad}"]])
+def test_a_damaged_binary_file_is_never_copied(tmp_path, capsys, argv):
+    bad = good_file(tmp_path, ".pb")
+    data = bytearray(bad.read_bytes())
+    at = data.index(b"3.9.0")  # a provenance string: still parses
+    data[at] = ord("4")
+    bad.write_bytes(bytes(data))
+    assert len(codec.load_results(bad)) == 3  # the runtime skips the check
+    out = tmp_path / "out.pb"
+    assert tool(*[a.format(bad=bad, out=out) for a in argv]) == 2
+    one_line_error(capsys, f"{bad}: checksum mismatch")
+    assert not out.exists()
+
+
+def test_verify_errors_go_to_stderr_with_the_prefix(tmp_path, capsys):
+    bad = tmp_path / "bad.textproto"
+    bad.write_text("garbage")
+    good = good_file(tmp_path)
+    assert tool("verify", good, bad) == 2
+    captured = capsys.readouterr()
+    assert str(bad) not in captured.out
+    errors = [line for line in captured.err.splitlines() if str(bad) in line]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"autotune_cache: error: {bad}: "), captured.err
+
+
+
+# -- no password in the output --------------------------------------------
+
+@pytest.mark.parametrize("url", HOSTILE_URLS)
+def test_no_password_in_tool_output(url, tmp_path, capsys):
+    good = good_file(tmp_path)
+    out = tmp_path / "out.textproto"
+    for argv in (["stats", url], ["show", "--json", url], ["diff", good, url],
+                 ["merge", good, url, "-o", out], ["verify", url],
+                 ["convert", good, url], ["push", good, "--to", url],
+                 ["pull", "--from", url, "-o", out]):
+        assert tool(*argv) == 2, argv
+        captured = capsys.readouterr()
+        assert_no_secret(captured.out, captured.err)
+    assert not out.exists()
+

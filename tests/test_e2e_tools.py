@@ -12,14 +12,12 @@ import pytest
 
 import autotune
 from autotune import codec
+from autotune.cli import regenerate
 from autotune.records import CacheKey, Candidate, Config, Entry, Provenance
 
 import tiny_kernels as tk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-
-import regenerate  # noqa: E402
 
 GPU = "NVIDIA H200/sm_90/sms=132/triton-3.9.0"
 CPU = "cpu/triton-interpreter/triton-3.9.0"
@@ -91,7 +89,7 @@ def test_unchanged_entries_stay_byte_identical(tmp_path):
                entry(2, block=128, time_us=4.0,
                      stamp="2026-12-01T00:00:00Z")], CPU)]
     merged = regenerate.merge_dumps(loaded, dumps)
-    assert regenerate.write_cache(merged.entries, path) is False
+    assert codec.dump_results(merged.entries, path) is False
     assert open(path, "rb").read() == before
 
 
@@ -112,13 +110,17 @@ def test_a_dump_with_no_entries_still_names_its_device():
 
 # -- writing: umask, mode, directories --------------------------------------
 
-def test_new_cache_gets_the_umask_and_its_directories(tmp_path):
+def test_new_cache_gets_the_umask_and_its_directories(tmp_path, capsys):
     path = str(tmp_path / "new" / "dir" / "c.textproto")
     old = os.umask(0o027)
     try:
-        assert regenerate.write_cache([entry(1)], path) is True
+        regenerate.regenerate_cache("new/dir/c.textproto",
+                                    [("//:t_autotune_dump", [entry(1)], CPU)],
+                                    str(tmp_path))
     finally:
         os.umask(old)
+    out = capsys.readouterr().out
+    assert "1 added" in out and "file unchanged" not in out
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
     assert len(codec.load_results(path)) == 1
 
@@ -127,7 +129,7 @@ def test_existing_cache_keeps_its_mode(tmp_path):
     path = str(tmp_path / "c.textproto")
     codec.dump_results([entry(1)], path)
     os.chmod(path, 0o664)
-    assert regenerate.write_cache([entry(1), entry(2)], path) is True
+    assert codec.dump_results([entry(1), entry(2)], path) is True
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o664
 
 

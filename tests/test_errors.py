@@ -9,6 +9,7 @@ import pytest
 
 import autotune
 from autotune import errors
+from autotune.errors import AutotuneError, CacheFileError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -66,3 +67,14 @@ def test_a_bad_cache_file_keeps_its_path_through_the_tools(tmp_path):
     with pytest.raises(errors.CacheFileError) as caught:
         read_cache(str(bad))
     assert caught.value.path == str(bad)
+
+
+def test_one_error_type_for_users(session_factory, tmp_path):
+    assert issubclass(CacheFileError, AutotuneError)
+    assert autotune.AutotuneError is AutotuneError
+    with pytest.raises(AutotuneError, match="does not exist"):
+        session_factory(per_fusion_autotune_cache_dir=str(tmp_path / "no"))
+    (tmp_path / "bad.pb").write_bytes(b"garbage")
+    with pytest.raises(AutotuneError, match="bad.pb"):
+        session_factory(load_autotune_results_from=[str(tmp_path / "bad.pb")])
+

@@ -3,7 +3,10 @@ import os
 import pytest
 
 from autotune import flags
-from autotune.errors import AutotuneFlagsError
+from autotune.errors import AutotuneError, AutotuneFlagsError
+from autotune.runtime import session as runtime_session
+
+from tests_support import HOSTILE_URLS, SECRET, assert_no_secret
 
 
 def test_parse_all_flags():
@@ -212,3 +215,68 @@ def test_unknown_flag_suggests_the_closest_name():
     with pytest.raises(flags.AutotuneFlagsError) as e:
         flags.parse("--zzz")
     assert "did you mean" not in str(e.value)
+
+
+# -- bad values -----------------------------------------------------------
+
+@pytest.mark.parametrize("options", [
+    dict(autotune_miss_policy="foo"),
+    dict(autotune_cache_mode="write"),
+    dict(autotune_backend="tpu"),
+    dict(require_complete_autotune_results="no"),
+    dict(autotune_fail_if_sharded=1)])
+def test_bad_option_values_are_rejected(session_factory, options):
+    with pytest.raises(AutotuneError, match=next(iter(options))):
+        session_factory(**options)
+
+
+@pytest.mark.parametrize("flag", ["autotune_remote_cache_timeout_s"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_non_finite_float_flags_fail_at_parse(flag, value, session_factory):
+    with pytest.raises(flags.AutotuneFlagsError, match=flag):
+        flags.parse(f"--{flag}={value}")
+    with pytest.raises(AutotuneError, match="expected a finite number"):
+        session_factory(**{flag: float(value)})
+
+
+def test_every_float_flag_is_checked_for_finiteness():
+    for spec in flags.FLAGS:
+        if spec.kind == "float":
+            with pytest.raises(flags.AutotuneFlagsError,
+                               match="expected a finite number"):
+                flags.parse(f"--{spec.name}=nan")
+
+
+
+# -- no password in a flag error ------------------------------------------
+
+@pytest.mark.parametrize("value", [
+    "--autotune_remote_cache='{url}",                    # unbalanced '
+    '--autotune_remote_cache="{url} --autotune_workers=2',  # unbalanced "
+    "--autotune_remote_cache={url}",
+    "--autotune_remote_cache='{url}' --autotune_remote_cache_timeout_s=nan",
+    "--autotune_remote_cache=redis://bob:{secret} word@h/0",  # a space
+    "--autotune_remote_cache redis://bob:{secret}@h/0",
+    "--autotune_remote_cache_timeout_s=redis://bob:{secret}@h/0",
+])
+def test_no_password_in_autotune_flags_errors(value, monkeypatch, capsys):
+    for url in HOSTILE_URLS[:6]:
+        monkeypatch.setenv("AUTOTUNE_FLAGS",
+                           value.format(url=url, secret=SECRET))
+        monkeypatch.setattr(runtime_session, "_SESSION", None)
+        with pytest.raises(AutotuneError) as info:
+            runtime_session.session()
+        captured = capsys.readouterr()
+        assert_no_secret(str(info.value), captured.out, captured.err)
+    monkeypatch.setattr(runtime_session, "_SESSION", None)
+
+
+def test_unbalanced_quote_names_the_flags_not_the_value():
+    with pytest.raises(flags.AutotuneFlagsError) as info:
+        flags.parse(f"--autotune_workers=2 --autotune_remote_cache='"
+                    f"redis://bob:{SECRET}@h/0")
+    assert str(info.value) == (
+        "AUTOTUNE_FLAGS: cannot split into flags (No closing quotation; "
+        "check the quotes); it names --autotune_workers, "
+        "--autotune_remote_cache")
+

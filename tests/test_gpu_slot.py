@@ -145,7 +145,7 @@ def test_the_wrapper_uses_autotunes_lock_directory():
 
 
 def test_regenerate_runs_dump_targets_under_the_wrapper(tmp_path):
-    import regenerate
+    from autotune.cli import regenerate
     env = {"AUTOTUNE_LOCK_DIR": str(tmp_path / "l"),
            "AUTOTUNE_GPU_SLOT_DEVICES": "2"}
     args = regenerate.slot_args([], env)

@@ -1,19 +1,15 @@
 """The one merge rule (autotune/cache/merge.py), and that every caller of
 it decides a conflict the same way."""
-import os
-import sys
 import types
 
 import pytest
 
 from autotune.cache import merge
+from autotune.cli import regenerate
 from autotune.errors import AutotuneError
 from autotune.pytest_plugin import AutotunePlugin
 from autotune.records import CacheKey, Candidate, Config, Entry, Provenance
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "tools"))
-import regenerate  # noqa: E402
 
 KEY = CacheKey("cpu/test", "k", "00ff", "n=1")
 

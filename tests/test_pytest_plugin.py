@@ -13,6 +13,9 @@ import pytest
 
 from autotune import codec
 
+from test_results_io import make_entries
+from tests_support import HOSTILE_URLS, assert_no_secret, environment
+
 pytest_plugins = ["pytester"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -690,3 +693,66 @@ def test_a_cache_given_with_override_ini_turns_the_plugin_on(bare):
     assert result.returncode == 4, result.output
     assert "other.textproto does not exist; run `pytest --autotune-update`" \
         in _error_line(result)
+
+
+# -- bad configuration stops the run at start -----------------------------
+
+def plugin_project(tmp_path, ini):
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text(ini)
+
+
+def run_plugin(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *PLUGIN,
+         *args], cwd=tmp_path, capture_output=True, text=True,
+        env=environment(), timeout=120)
+
+
+@pytest.mark.parametrize("update", [False, True])
+def test_malformed_best_config_stops_update_at_start(tmp_path, update):
+    text = codec.encode(make_entries(2), "x.textproto").decode()
+    line = text.split("\n  best { ", 1)[1].split("\n", 1)[0]
+    (tmp_path / "cache.textproto").write_text(text.replace(
+        "  best { " + line, '  best { params: "BLOCK=32 BUG" num_warps: 4 '
+        'num_stages: 2 }', 1))
+    plugin_project(tmp_path, "[pytest]\nautotune_cache = cache.textproto\n")
+    run = run_plugin(tmp_path, *(["--autotune-update"] if update else []))
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert "cache.textproto" in run.stderr
+    assert "malformed config params 'BLOCK=32 BUG'" in run.stderr
+    assert "1 passed" not in run.stdout  # no test ran
+
+
+@pytest.mark.parametrize("ini", ["[pytest]\nautotune_cache =\n",
+                                 "[pytest]\nautotune_cache =   \n"])
+def test_blank_ini_cache_is_an_error(tmp_path, ini):
+    plugin_project(tmp_path, ini)
+    run = run_plugin(tmp_path)
+    assert run.returncode == 4, run.stdout + run.stderr
+    lines = [line for line in run.stderr.splitlines() if "autotune" in line]
+    assert len(lines) == 1 and "ini autotune_cache is blank" in lines[0], \
+        run.stderr
+
+
+@pytest.mark.slow
+def test_no_password_through_the_pytest_plugin(tmp_path):
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nautotune_cache = cache.textproto\n")
+    codec.dump_results([], tmp_path / "cache.textproto")
+    runs = []
+    for url in HOSTILE_URLS[:8]:
+        for env_flags, args in (
+                (f"--autotune_remote_cache='{url}", ()),
+                (f"--autotune_remote_cache={url}", ()),
+                ("", (f"--autotune-cache={url}",))):
+            run = subprocess.run(
+                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                 *PLUGIN, *args], cwd=tmp_path, capture_output=True,
+                env=environment(AUTOTUNE_FLAGS=env_flags), timeout=120)
+            runs.append(run)
+            assert run.returncode == 4, run.stdout + run.stderr
+            assert_no_secret(run.stdout, run.stderr)
+    assert b"cannot split into flags" in runs[0].stderr
+

@@ -13,10 +13,13 @@ from autotune import keys as keys_module
 from autotune.cache import remote as cache_remote
 from autotune.codec import binary
 from autotune.cache.remote import RemoteCache, RemoteCacheError
+from autotune.errors import AutotuneError
+from autotune.runtime import session as runtime_session
 
 import tiny_kernels as tk
 from redis_support import RedisServer
-from tests_support import entry_for
+from tests_support import (HOSTILE_URLS, SECRET, assert_no_secret, entry_for,
+                           tool)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -456,3 +459,54 @@ def test_runtime_imports_redis_only_when_the_flag_is_set(tmp_path):
                                   PYTHONPATH=os.path.dirname(HERE)))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+# -- no password in any message -------------------------------------------
+
+@pytest.mark.parametrize("url", HOSTILE_URLS)
+def test_no_password_in_runtime_messages(url, session_factory, capsys):
+    with pytest.raises(AutotuneError) as info:
+        session_factory(autotune_remote_cache=url)
+    assert "--autotune_remote_cache" in str(info.value)
+    captured = capsys.readouterr()
+    assert_no_secret(str(info.value), captured.out, captured.err)
+
+
+def test_redacted_url_keeps_what_helps():
+    redact = autotune.cache.remote.redact
+    assert redact(f"redis://bob:{SECRET}/cd@host:6379/0") == \
+        "redis://***@host:6379/0"
+    assert redact(f"redis://h:1/0?prefix=team&password={SECRET}") == \
+        "redis://h:1/0?prefix=team&password=***"
+    assert redact("redis://h:1/0") == "redis://h:1/0"
+    assert redact("redis://[::1]:6380/0") == "redis://[::1]:6380/0"
+
+
+@pytest.mark.redis
+def test_no_password_in_the_report_or_summary(tmp_path, monkeypatch,
+                                              capsys):
+    from redis_support import RedisServer
+    srv = RedisServer(password="the-right-one")
+    try:
+        monkeypatch.setenv("AUTOTUNE_REMOTE_CACHE_PASSWORD", SECRET)
+        report = tmp_path / "report.json"
+        url = srv.url.replace("redis://", "redis://bob@")
+        sess = autotune.configure(autotune_remote_cache=url,
+                                  autotune_report_to=str(report))
+        tk.run(tk.make_tuner(), 40)
+        sess.finish()
+        data = report.read_bytes()
+        assert json.loads(data)["remote"]["switched_off"]
+        assert "bob@127.0.0.1" in json.loads(data)["remote"]["url"]
+        captured = capsys.readouterr()
+        assert "remote cache" in captured.err
+        assert_no_secret(data, captured.out, captured.err)
+        # The tool's messages for the same server.
+        assert tool("stats", url) == 2
+        captured = capsys.readouterr()
+        assert "bob@127.0.0.1" in captured.err
+        assert_no_secret(captured.out, captured.err)
+    finally:
+        runtime_session._SESSION = None
+        srv.stop()
+

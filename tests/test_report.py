@@ -357,8 +357,7 @@ def test_page_has_a_chart_with_the_winner_and_noise_band():
 
 def test_regenerate_prints_one_page_for_the_run(tmp_path, capsys,
                                                 monkeypatch):
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import regenerate
+    from autotune.cli import regenerate
     monkeypatch.setattr(regenerate.tempfile, "tempdir", str(tmp_path))
     workspace = tmp_path / "ws"
     (workspace / "testdata").mkdir(parents=True)

@@ -11,6 +11,9 @@ from autotune.proto import autotune_results_pb2 as pb
 from autotune.records import (CacheKey, Candidate, Config, Entry, Provenance)
 from autotune.errors import CacheFileError
 
+import tiny_kernels as tk
+from tests_support import entry_for
+
 CONFIGS = [Config({"BLOCK_M": m, "BLOCK_N": n, "EVEN_K": m == n}, num_warps=w,
                   num_stages=s)
            for m in (32, 64) for n in (32, 128) for w in (4, 8) for s in (2, 3)]
@@ -471,3 +474,31 @@ def test_every_file_the_writer_produces_loads_on_the_fast_path(monkeypatch):
         assert all(codec.copyable_rest(e) is not None for e in loaded)
         assert codec.encode(loaded, "a.textproto") == data
         assert loaded == reference == codec.sort_entries(entries)
+
+
+def test_binary_file_cut_to_its_header(tmp_path):
+    path = tmp_path / "c.pb"
+    codec.dump_results(make_entries(2), path)
+    path.write_bytes(path.read_bytes()[:2])
+    with pytest.raises(CacheFileError, match="truncated"):
+        codec.load_results(path)
+    codec.dump_results([], path)  # an empty cache still loads
+    assert codec.load_results(path) == []
+
+
+def test_unknown_failure_kind_in_text_is_an_error_naming_the_file():
+    text = codec.encode(make_entries(2), "c.textproto")
+    bad = text.replace(b"failure: OUT_OF_RESOURCES", b"failure: BOGUS", 1)
+    bad = bad[:bad.rindex(b"# crc32: ")]
+    with pytest.raises(CacheFileError, match=r"^c\.textproto: .*BOGUS"):
+        [e.candidates for e in codec.decode(bad, "c.textproto")]
+
+
+def test_binary_lengths_around_one_varint_byte():
+    # Lengths 127 and 128 take one and two varint bytes (a mutant that
+    # moved the boundary survived the rest of the suite).
+    entries = codec.sort_entries([
+        entry_for(tk.GOOD[0], signature="s" * n)
+        for n in (100, 125, 126, 127, 128, 129, 300)])
+    assert codec.encode(entries, "x.pb") == _reference_message(entries)
+

@@ -63,9 +63,9 @@ def use_ci_venv(argv):
 if __name__ == "__main__":
     use_ci_venv(sys.argv[1:])
 
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, ROOT)
 
-from regenerate import test_outputs, testlogs_dir  # noqa: E402
+from autotune.cli.regenerate import test_outputs, testlogs_dir  # noqa: E402
 REPORT = "autotune_report.json"
 
 

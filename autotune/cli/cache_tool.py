@@ -279,22 +279,30 @@ def tree_autotuners(modules):
     return known
 
 
-def workspace_import_root():
-    """Where --kernel_module names are imported from: the workspace `bazel
-    run` was called in, else the Bazel workspace containing the current
-    directory (so `mykernels.gelu` works from any subdirectory)."""
-    root = os.environ.get("BUILD_WORKSPACE_DIRECTORY")
-    if root:
-        return root
-    here = os.getcwd()
+# What marks the root of a Bazel workspace (REPO.bazel from Bazel 7 on).
+WORKSPACE_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel",
+                     "REPO.bazel")
+
+
+def find_workspace(start):
+    """The Bazel workspace root that contains `start`, or None."""
+    here = os.path.abspath(start)
     while True:
-        if any(os.path.isfile(os.path.join(here, marker)) for marker in
-               ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel")):
+        if any(os.path.isfile(os.path.join(here, marker))
+               for marker in WORKSPACE_MARKERS):
             return here
         parent = os.path.dirname(here)
         if parent == here:
             return None
         here = parent
+
+
+def workspace_import_root():
+    """Where --kernel_module names are imported from: the workspace `bazel
+    run` was called in, else the Bazel workspace containing the current
+    directory (so `mykernels.gelu` works from any subdirectory)."""
+    return os.environ.get("BUILD_WORKSPACE_DIRECTORY") or \
+        find_workspace(os.getcwd())
 
 
 def stale_reason(entry, known):

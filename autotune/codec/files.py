@@ -249,17 +249,21 @@ def _write_chunks(f, data):
     if isinstance(data, bytes):
         f.write(data)
         return
-    with contextlib.closing(iter(data)) as chunks:
+    chunks = iter(data)
+    try:
         for chunk in chunks:
             f.write(chunk)
+    finally:  # an encoder stopped halfway runs its clean-up now
+        if hasattr(chunks, "close"):
+            chunks.close()
 
 
-def write_temp(path, data):
+def write_temp(path, data, mode=None):
     """Writes `data` (bytes, or an iterable of bytes chunks written as they
     come) to a new temporary file next to `path`, synced to disk, and
     returns its name. The file is created with the user's umask, as any
-    file a program creates; on any failure nothing is left behind and an
-    OSError (or the encoder's exception) propagates."""
+    file a program creates, or given `mode`; on any failure nothing is
+    left behind and an OSError (or the encoder's exception) propagates."""
     directory, name = os.path.split(os.path.abspath(path))
     tmp = os.path.join(directory,
                        f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
@@ -268,6 +272,8 @@ def write_temp(path, data):
     try:
         with os.fdopen(fd, "wb") as f:
             _write_chunks(f, data)
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
@@ -277,12 +283,44 @@ def write_temp(path, data):
     return tmp
 
 
+def _unless_unchanged(data, old):
+    """None when `data` (bytes or chunks) is exactly the content of the
+    open file `old`; else the chunks of `data`. The comparison runs as the
+    chunks come, holding none of them: at the first difference, the part
+    already compared equal is read back from `old`."""
+    chunks = iter((data,) if isinstance(data, bytes) else data)
+    same = 0
+    for chunk in chunks:
+        if old.read(len(chunk)) == chunk:
+            same += len(chunk)
+            continue
+        return _changed(old, same, chunk, chunks)
+    if old.read(1) == b"":
+        if hasattr(chunks, "close"):
+            chunks.close()
+        return None
+    return _changed(old, same, b"", chunks)
+
+
+def _changed(old, same, chunk, rest):
+    old.seek(0)
+    while same:
+        part = old.read(min(_CHUNK, same))
+        same -= len(part)
+        yield part
+    yield chunk
+    yield from rest
+
+
 def atomic_write(path, data):
     """Writes via a temporary file in the same directory and a rename: a
     reader, or a crash, sees the old file or the new one, never a mix.
     data: bytes, or an iterable of bytes chunks (written as they come).
+    Returns False, leaving the file as it was (its time stamps too), when
+    it already holds exactly `data`; True when it was written.
 
-    A symlink at `path` is written through: its target is replaced and the
+    An existing file keeps its mode; a new one gets the user's umask. A
+    symlink at `path` is written through: its target is replaced and the
     link stays. What stands at `path` is replaced only when it is a regular
     file: a character device or a pipe is written through (/dev/null
     discards, /dev/full fails), anything else is refused, so that no
@@ -305,15 +343,26 @@ def atomic_write(path, data):
             raise CacheFileError(path, "is a directory")
         if stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode):
             _write_through(path, data)
-            return
+            return True
         raise CacheFileError(path, f"is {_kind(info.st_mode)}, not a "
                              "regular file; not replaced")
     target = os.path.realpath(path) if os.path.islink(path) else path
     directory = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(directory):
         raise CacheFileError(path, f"directory {directory} does not exist")
+    mode = None if info is None else stat.S_IMODE(info.st_mode)
     try:
-        tmp = write_temp(target, data)
+        with contextlib.ExitStack() as stack:
+            if info is not None:
+                try:
+                    old = stack.enter_context(open(target, "rb"))
+                except OSError:  # write-only: written without comparing
+                    pass
+                else:
+                    data = _unless_unchanged(data, old)
+                    if data is None:
+                        return False
+            tmp = write_temp(target, data, mode)
     except OSError as e:
         raise CacheFileError(path, f"cannot write: {e.strerror or e}") \
             from None
@@ -324,6 +373,7 @@ def atomic_write(path, data):
             os.unlink(tmp)
         raise CacheFileError(path, f"cannot write: {e.strerror or e}") \
             from None
+    return True
 
 
 def _write_through(path, data):
@@ -339,4 +389,6 @@ def _write_through(path, data):
 
 
 def dump_results(entries, path):
-    atomic_write(path, encode_chunks(list(entries), path))
+    """Writes a results file (see atomic_write); False when it already
+    held exactly these entries and was left as it was."""
+    return atomic_write(path, encode_chunks(list(entries), path))

@@ -24,6 +24,7 @@ from autotune.runtime import distributed, offers
 from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.cache import neighbours as reuse
+from autotune.cache import update as cache_update
 from autotune.contract import REGENERATE_COMMAND, REPORT_FILE
 from autotune.records import major_minor
 
@@ -605,19 +606,18 @@ class Session:
                 f"read ({e}); the dump merges into it, so fix or remove it")
 
     def merged_dump_entries(self, path):
-        """What the dump writes: the entries this run used, plus every
-        entry of the existing file at `path` that none of them supersedes
-        (same kernel, signature and device). A dump therefore never drops
-        what it did not replace: not the loaded entries this run did not
-        touch, not the fusions a failed run never reached. Returns
-        (entries, number kept from the file)."""
-        used = self.dump_entries()
-        if not codec.is_regular_file(path):  # nothing to keep: /dev/null
-            return used, 0
-        superseded = set(map(_fusion_of, (e.key for e in used)))
-        kept = [e for e in self._read_existing_dump(path)
-                if _fusion_of(e.key) not in superseded]
-        return used + kept, len(kept)
+        """What the dump writes: the existing file at `path` updated with
+        the entries this run used (autotune/cache/update.py): a fusion this
+        run met replaces the file's entries of that fusion (an unchanged
+        winner stays as the file had it), every other entry of the file is
+        kept. A dump therefore never drops what it did not replace: not the
+        loaded entries this run did not touch, not the fusions a failed run
+        never reached. Returns (entries, number kept from the file)."""
+        old = self._read_existing_dump(path) \
+            if codec.is_regular_file(path) else []  # /dev/null: nothing
+        updated = cache_update.update(old, [("this run",
+                                             self.dump_entries())])
+        return updated.entries, len(updated.kept)
 
     def summary_line(self):
         s = self.stats

@@ -1,0 +1,64 @@
+"""What a cache file holds after a run: the one rule for updating a file
+with a run's results, used by the dump at exit
+(autotune/runtime/session.py), the pytest plugin's update
+(autotune/pytest_plugin.py) and regenerate (autotune/cli/regenerate.py).
+
+1. The runs (a process's results, xdist workers, dump targets) become one
+   entry per key by the merge rule (merge.py, policy "measured", the file's
+   entries as the incumbents); two runs with different winners for a key
+   are a conflict, reported by the caller.
+2. A fusion (device, kernel, signature) a run produced supersedes the
+   file's entries of that fusion, whatever their fingerprint; where the
+   key and the winner are the same, the file's entry stays verbatim (its
+   times, candidates and timestamp too), so that a run that changed
+   nothing leaves the file byte-identical.
+3. The file's other entries are kept, except on the devices given as
+   `prune_devices`: there, an entry no run produced any more (a kernel
+   that changed, a shape no test uses) is removed. Another device's
+   entries are never removed: a run cannot tell what that device needs.
+"""
+from typing import NamedTuple
+
+from autotune.cache import merge
+
+
+class Update(NamedTuple):
+    """The outcome of update()."""
+    entries: list    # what the file holds now
+    kept: list       # the file's entries no run superseded, carried over
+    removed: list    # the file's entries whose key the file loses
+    conflicts: list  # [merge.Conflict] between the runs
+
+
+def fusion_of(key):
+    """What a newer entry replaces: one fusion on one device, any kernel
+    fingerprint."""
+    return key.device, key.kernel, key.signature
+
+
+def update(old_entries, runs, prune_devices=()):
+    """old_entries: the file's entries ([] for a new file). runs: [(source
+    name, entries)], in order. prune_devices: devices whose entries no run
+    produced are removed (see the module docstring)."""
+    old_entries = list(old_entries)
+    tuned, conflicts = merge.merge(runs, "measured", old_entries)
+    old_by_key = {e.key: e for e in old_entries}
+    entries = []
+    for entry in tuned:
+        previous = old_by_key.get(entry.key)
+        # Same key, same winner: the file's entry stays as it is.
+        entries.append(previous if previous is not None
+                       and previous.best == entry.best else entry)
+    superseded = {fusion_of(e.key) for e in tuned}
+    new_keys = {e.key for e in tuned}
+    prune_devices = set(prune_devices)
+    kept, removed = [], []
+    for entry in old_entries:
+        if fusion_of(entry.key) in superseded:
+            if entry.key not in new_keys:
+                removed.append(entry)  # another fingerprint of the fusion
+        elif entry.key.device in prune_devices:
+            removed.append(entry)
+        else:
+            kept.append(entry)
+    return Update(entries + kept, kept, removed, conflicts)

@@ -1,0 +1,521 @@
+"""Regenerates checked-in autotune caches in one command.
+
+    bazel run @rules_autotune//tools:regenerate [-- PATTERN ... [--bazel_arg=ARG]]
+    python3 RULES_AUTOTUNE/tools/regenerate.py [PATTERN ...]   (from anywhere
+                                                          in the workspace)
+
+1. Finds the dump targets (tag `autotune_dump`, made by gpu_autotuned_test)
+   with `bazel query`, within PATTERN (default //...), plus every other dump
+   target that writes to one of their caches (a cache several targets share
+   is only rewritten from all of their dumps). A PATTERN naming one target
+   may name the gpu_autotuned_test itself (`:kernels_test`): it stands for
+   its dump target (`:kernels_test_autotune_dump`).
+2. Runs them with `bazel test --test_sharding_strategy=disabled`: a dump
+   must see every fusion, so it never runs sharded. By default a dump tunes
+   only the fusions missing or stale in its cache: a fusion whose entry
+   matches is a hit, dumped as it is and never measured. With --retune
+   (passed to the targets as --test_env=AUTOTUNE_RETUNE=1) every fusion
+   is re-measured, the checked-in configs as incumbents: for a new GPU,
+   driver or Triton version. Each runs under
+   tools/gpu_slot.py (--run_under; not when --bazel_arg gives one): one
+   dump target per device at a time, on every device.
+3. Merges the dumps of each cache (tag `autotune_cache=PATH`) into the file,
+   by the rule every update of a cache file follows
+   (autotune/cache/update.py), pruned on the dumps' devices:
+   - an entry whose key and best config did not change is kept exactly as
+     it was (its times, candidates and timestamp too), so an unchanged tree
+     leaves the file byte-identical;
+   - entries of devices the dumps did not run on are kept;
+   - entries of the dumps' device that no dump produced any more (a kernel
+     that changed, a shape no test uses) are removed;
+   - two targets that dump different best configs for one fusion are a
+     conflict, printed with both target names and decided by the one merge
+     rule (autotune/cache/merge.py, policy "measured"): the config already
+     checked in stays unless the other is faster by the selection rule's
+     incumbent margin; with neither checked in, the smaller config stays
+     unless the other is faster by its margin.
+   The file is written atomically (codec.atomic_write: a new file gets the
+   user's umask, an existing one keeps its mode, a symbolic link is
+   written through, and a file whose bytes would not change is left
+   alone); missing directories are created.
+   While the dumps run, a cache that does not exist yet is an empty file,
+   so that a dump target naming it by a label in another package can be
+   analysed; it is removed again if its dumps fail.
+
+A dump target that fails leaves its cache untouched (and every cache it
+shares with others); the command names it and exits 1. Exit 2: bad usage,
+or bazel itself could not run.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+import zipfile
+
+from autotune.errors import RegenerateError, ToolError
+from autotune import codec
+from autotune.codec import CacheFileError
+from autotune.cache import update as cache_update
+from autotune.cli import cache_tool
+from autotune.cli.cache_tool import WORKSPACE_MARKERS, find_workspace
+from autotune.flags import RETUNE_ENV_VAR
+
+from autotune.contract import (CACHE_TAG_PREFIX as CACHE_TAG,
+                               DUMP_FILE, DUMP_SUFFIX, DUMP_TAG,
+                               REGENERATE_COMMAND as COMMAND, REPORT_FILE)
+
+# The repository root, where tools/gpu_slot.py is: dump targets run under
+# it, and it uses the standard library alone (it is no part of the
+# package), so regenerate reads its variable names from the file.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+class _ToolModule:
+    """tools/NAME.py, loaded at its first use: importing this module must
+    not need the tools folder (an installed package has none)."""
+
+    def __init__(self, name):
+        self._name = name
+        self._module = None
+
+    def __getattr__(self, attribute):
+        if self._module is None:
+            spec = importlib.util.spec_from_file_location(
+                self._name, os.path.join(ROOT, "tools", self._name + ".py"))
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._module = module
+        return getattr(self._module, attribute)
+
+
+gpu_slot = _ToolModule("gpu_slot")
+
+
+def _bazel(bazel, args, cwd, capture=True):
+    try:
+        return subprocess.run([bazel] + args, cwd=cwd, text=True,
+                              capture_output=capture)
+    except FileNotFoundError:
+        raise RegenerateError(f"cannot run {bazel!r}: not found (set --bazel "
+                              "or BAZEL)")
+
+
+def find_dump_targets(bazel, patterns, cwd, bazel_args, keep_going=False):
+    expr = " + ".join(f'attr("tags", "\\b{DUMP_TAG}\\b", {p})'
+                      for p in patterns)
+    result = _bazel(bazel, ["query"] + bazel_args + [expr, "--output=xml"]
+                    + (["--keep_going"] if keep_going else []), cwd)
+    # 3: partial result (--keep_going, a package that does not load).
+    if result.returncode not in ((0, 3) if keep_going else (0,)) or \
+            not result.stdout.strip():
+        raise RegenerateError(f"bazel query failed:\n{result.stderr.strip()}")
+    return _parse_query_xml(result.stdout)
+
+
+def _parse_query_xml(text):
+    import xml.etree.ElementTree as ET
+    targets = {}
+    for rule in ET.fromstring(text).iter("rule"):
+        name = rule.get("name")
+        tags = []
+        for lst in rule.iter("list"):
+            if lst.get("name") == "tags":
+                tags = [s.get("value") for s in lst.iter("string")]
+        caches = [t[len(CACHE_TAG):] for t in tags if t.startswith(CACHE_TAG)]
+        targets[name] = caches[0] if caches else None
+    return targets
+
+
+def split_target_pattern(pattern):
+    """(the package's `:all` pattern, the names that match) for a pattern
+    naming one target: the target itself or, for a gpu_autotuned_test,
+    its dump target NAME_autotune_dump. None for any other pattern
+    (`...`, `:all`, `:*`, a package alone)."""
+    head, colon, name = pattern.rpartition(":")
+    if not colon or not name or "..." in pattern or "/" in name or \
+            name in ("all", "*", "all-targets"):
+        return None
+    return f"{head}:all", {name, name + DUMP_SUFFIX}
+
+
+def find_pattern_targets(bazel, patterns, cwd, bazel_args):
+    """Dump targets within patterns (see split_target_pattern)."""
+    wide = [p for p in patterns if split_target_pattern(p) is None]
+    selected = find_dump_targets(bazel, wide, cwd, bazel_args) if wide \
+        else {}
+    for pattern in patterns:
+        split = split_target_pattern(pattern)
+        if split is None:
+            continue
+        package, names = split
+        for target, cache in find_dump_targets(bazel, [package], cwd,
+                                               bazel_args).items():
+            if target.rpartition(":")[2] in names:
+                selected[target] = cache
+    return selected
+
+
+def select_targets(bazel, patterns, cwd, bazel_args):
+    """Dump targets within patterns, plus those sharing a cache with them."""
+    selected = find_pattern_targets(bazel, patterns, cwd, bazel_args)
+    if patterns == ["//..."]:
+        return selected
+    caches = {c for c in selected.values() if c}
+    if caches:
+        everything = find_dump_targets(bazel, ["//..."], cwd, bazel_args,
+                                       keep_going=True)
+        for target, cache in everything.items():
+            if cache in caches and target not in selected:
+                print(f"regenerate: also running {target}: it writes to "
+                      f"{cache} too", file=sys.stderr)
+                selected[target] = cache
+    return selected
+
+
+def testlogs_dir(cwd, target, shard=None):
+    """bazel-testlogs folder of a test target (or of one of its shards)."""
+    package, _, name = target.lstrip("@").partition("//")[2].partition(":")
+    logs = os.path.join(cwd, "bazel-testlogs", package, name)
+    return os.path.join(logs, shard) if shard is not None else logs
+
+
+def test_outputs(cwd, target, shard=None, logs=None):
+    """{name: bytes} of a test's undeclared outputs: zipped into
+    outputs.zip before Bazel 8, plain files in test.outputs/ from 8 on."""
+    logs = logs or testlogs_dir(cwd, target, shard)
+    outputs = os.path.join(logs, "test.outputs")
+    found = {}
+    archive = os.path.join(outputs, "outputs.zip")
+    if os.path.exists(archive):
+        with zipfile.ZipFile(archive) as z:
+            found.update({n: z.read(n) for n in z.namelist()})
+    if os.path.isdir(outputs):
+        for n in os.listdir(outputs):
+            path = os.path.join(outputs, n)
+            if os.path.isfile(path) and n != "outputs.zip":
+                with open(path, "rb") as f:
+                    found[n] = f.read()
+    return found
+
+
+def _file_uri_path(uri):
+    parsed = urllib.parse.urlparse(uri)
+    return urllib.parse.unquote(parsed.path) if parsed.scheme == "file" \
+        else None
+
+
+def slot_args(bazel_args, env=None):
+    """Bazel arguments that run each dump target under tools/gpu_slot.py:
+    one dump target per device at a time, on every device. None when the
+    caller gave its own --run_under. The slot files' directory is made
+    writable in the sandbox and passed to the tests, with the slot count
+    overrides of the environment."""
+    env = os.environ if env is None else env
+    if any(a.startswith("--run_under") for a in bazel_args):
+        return []
+    wrapper = os.path.realpath(os.path.join(ROOT, "tools", "gpu_slot.py"))
+    lock_dir = env.get(gpu_slot.LOCK_DIR_ENV) or gpu_slot.DEFAULT_LOCK_DIR
+    os.makedirs(lock_dir, exist_ok=True)
+    args = [f"--run_under={shlex.quote(sys.executable)} "
+            f"{shlex.quote(wrapper)}",
+            f"--test_env={gpu_slot.LOCK_DIR_ENV}={lock_dir}",
+            f"--sandbox_writable_path={lock_dir}"]
+    for name in (gpu_slot.DEVICES_ENV, gpu_slot.LOADS_ENV):
+        if env.get(name):
+            args.append(f"--test_env={name}={env[name]}")
+    return args
+
+
+def run_dump_targets(bazel, targets, cwd, bazel_args, retune=False):
+    """Runs the targets; returns {target: (passed?, testlogs folder or
+    None)}. The folder comes from the build events (so it is right however
+    the convenience symlinks are set up)."""
+    bazel_args = list(bazel_args) + slot_args(bazel_args)
+    with tempfile.TemporaryDirectory() as tmp:
+        events = os.path.join(tmp, "events.json")
+        result = _bazel(
+            bazel, ["test"] + bazel_args + [
+                "--test_sharding_strategy=disabled", "--keep_going",
+                "--cache_test_results=no", f"--build_event_json_file={events}"]
+            + ([f"--test_env={RETUNE_ENV_VAR}=1"] if retune else [])
+            + sorted(targets), cwd, capture=False)
+        status, logs = {}, {}
+        if os.path.exists(events):
+            with open(events) as f:
+                for line in f:
+                    event = json.loads(line)
+                    ids = event.get("id", {})
+                    if "testSummary" in ids:
+                        status[ids["testSummary"]["label"]] = event.get(
+                            "testSummary", {}).get("overallStatus") == "PASSED"
+                    elif "testResult" in ids:
+                        for out in event.get("testResult", {}).get(
+                                "testActionOutput", []):
+                            path = _file_uri_path(out.get("uri", ""))
+                            if out.get("name") == "test.log" and path:
+                                logs[ids["testResult"]["label"]] = \
+                                    os.path.dirname(path)
+    if result.returncode not in (0, 3, 4) and not status:
+        raise RegenerateError(f"bazel test failed to run (exit "
+                              f"{result.returncode})")
+
+    def lookup(table, t):
+        return table.get(t, table.get(_canonical(t)))
+    return {t: (bool(lookup(status, t)), lookup(logs, t)) for t in targets}
+
+
+def _canonical(label):
+    return label[1:] if label.startswith("@//") else "@" + label
+
+
+def collect_dump(target, cwd, logs=None):
+    """(entries, device) of one target's dump; device (from its report) is
+    None when the report is missing."""
+    logs = logs or testlogs_dir(cwd, target)
+    outputs = test_outputs(cwd, target, logs=logs)
+    data = outputs.get(DUMP_FILE)
+    if data is None:
+        raise RegenerateError(
+            f"{target}: passed but wrote no {DUMP_FILE} (looked in "
+            f"{os.path.join(logs, 'test.outputs')})")
+    entries = codec.decode(data, DUMP_FILE)
+    device = None
+    if REPORT_FILE in outputs:
+        try:
+            device = json.loads(outputs[REPORT_FILE]).get("device")
+        except ValueError:
+            pass
+    return entries, device
+
+
+class Merged:
+    """The result of merging dumps into a cache file's entries."""
+
+    def __init__(self, entries, removed, conflicts):
+        self.entries = entries
+        self.removed = removed        # [Entry] no dump produced any more
+        self.conflicts = conflicts    # [str], one line each
+
+
+def merge_dumps(old_entries, dumps):
+    """old_entries: the checked-in entries ([] when there is no file).
+    dumps: [(target, entries, device or None)]. The file is updated by the
+    one rule (autotune/cache/update.py), pruned on the dumps' devices: see
+    the module docstring."""
+    devices = set()
+    for _, entries, device in dumps:
+        if device:
+            devices.add(device)
+        devices.update(e.key.device for e in entries)
+    updated = cache_update.update(
+        old_entries, [(target, entries) for target, entries, _ in dumps],
+        prune_devices=devices)
+    return Merged(updated.entries, updated.removed,
+                  [c.line() for c in updated.conflicts])
+
+
+def regenerate_cache(cache, dumps, workspace):
+    """Merges dumps into one cache file and prints what changed."""
+    path = os.path.join(workspace, cache)
+    old = []
+    if os.path.exists(path):
+        try:
+            old = codec.load_results(path)
+        except CacheFileError as e:
+            print(f"regenerate: note: replacing unreadable {e}")
+    merged = merge_dumps(old, dumps)
+    for line in merged.conflicts:
+        print("regenerate: " + line)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    written = codec.dump_results(merged.entries, path)
+    diff = cache_tool.Diff(old, merged.entries)
+    added, removed, changed = diff.counts()
+    sources = ", ".join(t for t, _, _ in dumps)
+    print(f"regenerate: {cache}: {len(merged.entries)} entries; {added} added,"
+          f" {removed} removed, {changed} changed"
+          + ("" if written else "; file unchanged")
+          + (f" (from {sources})" if len(dumps) > 1 else ""))
+    for line in diff.lines(limit=20):
+        print("  " + line)
+    if merged.removed:
+        print(f"  ({len(merged.removed)} removed: no dump produced them on "
+              "this device any more)")
+    return old, merged.entries
+
+
+def write_report_page(pages):
+    """One report page for the whole run: every regenerated cache, compared
+    with what the files held before. pages: [(cache, old, new)]. Returns
+    its path, or None (no matplotlib: a one-line note instead)."""
+    from autotune.report import page
+    try:
+        page.require_matplotlib()
+    except ToolError:
+        print(f"regenerate: no report page: {page.INSTALL_HINT}")
+        return None
+    text = page.build_page([(cache, new) for cache, _, new in pages],
+                           base=[e for _, old, _ in pages for e in old],
+                           base_name="the caches before this run",
+                           title="Regenerated autotune caches: " + ", ".join(
+                               cache for cache, _, _ in pages))
+    fd, path = tempfile.mkstemp(prefix="autotune_regenerate_",
+                                suffix=".html")
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode())
+    print(f"regenerate: report page {path}")
+    return path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Exit codes: 0 all caches regenerated; 1 a dump target "
+               "failed (its cache untouched); 2 bad usage or bazel error.")
+    parser.add_argument("patterns", nargs="*", default=["//..."])
+    parser.add_argument("--bazel", default=os.environ.get("BAZEL", "bazel"))
+    parser.add_argument("--workspace",
+                        help="workspace root (default: the workspace "
+                        "`bazel run` was called in, or the one containing "
+                        "the current directory)")
+    parser.add_argument("--bazel_arg", action="append", default=[],
+                        help="extra argument for bazel query and test")
+    parser.add_argument("--retune", action="store_true",
+                        help="re-measure every fusion, the checked-in "
+                        "configs as incumbents (a new GPU, driver or Triton "
+                        "version); default: tune only fusions missing or "
+                        "stale in the cache")
+    args = parser.parse_args(argv)
+    # Under `bazel run`, the current directory is the runfiles tree; Bazel
+    # says where it was called from.
+    here = os.environ.get("BUILD_WORKING_DIRECTORY") or os.getcwd()
+    workspace = args.workspace or os.environ.get(
+        "BUILD_WORKSPACE_DIRECTORY") or find_workspace(here)
+    if not workspace:
+        print(f"regenerate: error: {here} is not inside a Bazel workspace "
+              f"(no {', '.join(WORKSPACE_MARKERS)} above it); run `{COMMAND}`"
+              " from your workspace, or pass --workspace", file=sys.stderr)
+        return 2
+    workspace = os.path.abspath(workspace)
+    # Relative patterns (`...`, `:t`) mean what they mean where the user
+    # stands; paths are resolved against the workspace root.
+    cwd = here if os.path.abspath(here).startswith(
+        workspace + os.sep) else workspace
+    placeholders = []
+    try:
+        targets = select_targets(args.bazel, args.patterns, cwd,
+                                 args.bazel_arg)
+        if not targets:
+            print("regenerate: no dump targets (tag autotune_dump) in "
+                  + " ".join(args.patterns) + ": name gpu_autotuned_test "
+                  "targets, their packages, or a pattern such as //...",
+                  file=sys.stderr)
+            return 2
+        print(f"regenerate: running {len(targets)} dump target(s) unsharded; "
+              + ("--retune: re-measuring every fusion, checked-in configs as "
+                 "incumbents" if args.retune else
+                 "tuning only fusions missing or stale in the cache "
+                 "(--retune re-measures every one)"), file=sys.stderr)
+        placeholders.extend(create_placeholders(targets, workspace))
+        results = run_dump_targets(args.bazel, targets, cwd, args.bazel_arg,
+                                   retune=args.retune)
+    except RegenerateError as e:
+        remove_placeholders(placeholders)
+        print(f"regenerate: error: {e}", file=sys.stderr)
+        return 2
+    except BaseException:
+        remove_placeholders(placeholders)
+        raise
+    regenerated = set()
+    try:
+        return write_results(targets, results, workspace, regenerated)
+    finally:
+        remove_placeholders([p for p in placeholders
+                             if p not in regenerated])
+
+
+def create_placeholders(targets, workspace):
+    """Creates an empty results file for each cache that does not exist
+    yet, so that a dump target naming it by a label in another package
+    (whose glob finds it now) can be analysed; returns their paths. Each is
+    replaced by the merged dumps, or removed again."""
+    created = []
+    for cache in sorted({c for c in targets.values() if c}):
+        path = os.path.join(workspace, cache)
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            codec.dump_results([], path)
+            created.append(path)
+    return created
+
+
+def remove_placeholders(placeholders):
+    """Removes placeholders whose cache was not regenerated."""
+    for path in placeholders:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def write_results(targets, results, workspace, regenerated):
+    """Merges each cache's dumps into it; adds the paths written to
+    regenerated. Returns the exit code."""
+    failed = []
+    by_cache = {}
+    pages = []
+    for target in sorted(targets):
+        cache = targets[target]
+        passed, logs = results[target]
+        logs = logs or testlogs_dir(workspace, target)
+        if not passed:
+            failed.append(target)
+            print(f"regenerate: FAILED {target}: "
+                  f"{cache or 'its cache'} left untouched (see "
+                  f"{os.path.join(logs, 'test.log')})")
+            if cache is not None:
+                by_cache[cache] = None
+            continue
+        if cache is None:
+            print(f"regenerate: {target} has no autotune_cache; skipped")
+            continue
+        if cache in by_cache and by_cache[cache] is None:
+            continue  # another target of this cache failed
+        try:
+            entries, device = collect_dump(target, workspace, logs)
+        except (RegenerateError, CacheFileError) as e:
+            failed.append(target)
+            print(f"regenerate: FAILED {target}: {e}; {cache} left untouched")
+            by_cache[cache] = None
+            continue
+        by_cache.setdefault(cache, []).append((target, entries, device))
+    for cache, dumps in sorted(by_cache.items(), key=lambda kv: str(kv[0])):
+        if cache is None:
+            continue
+        if dumps is None:
+            print(f"regenerate: {cache} left untouched: a dump target that "
+                  "writes to it failed")
+            continue
+        try:
+            old, new = regenerate_cache(cache, dumps, workspace)
+            pages.append((cache, old, new))
+            regenerated.add(os.path.join(workspace, cache))
+        except (CacheFileError, OSError) as e:
+            failed.append(cache)
+            print(f"regenerate: FAILED writing {cache}: {e}")
+    if pages:
+        write_report_page(pages)
+    if failed:
+        print(f"regenerate: {len(failed)} failure(s): " + ", ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
