@@ -55,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.parse
+import xml.etree.ElementTree as ET
 import zipfile
 
 from autotune.errors import RegenerateError, ToolError
@@ -64,6 +65,7 @@ from autotune.cache import update as cache_update
 from autotune.cli import cache_tool
 from autotune.cli.cache_tool import WORKSPACE_MARKERS, find_workspace
 from autotune.flags import RETUNE_ENV_VAR
+from autotune.report import page
 
 from autotune.contract import (CACHE_TAG_PREFIX as CACHE_TAG,
                                DUMP_FILE, DUMP_SUFFIX, DUMP_TAG,
@@ -119,7 +121,6 @@ def find_dump_targets(bazel, patterns, cwd, bazel_args, keep_going=False):
 
 
 def _parse_query_xml(text):
-    import xml.etree.ElementTree as ET
     targets = {}
     for rule in ET.fromstring(text).iter("rule"):
         name = rule.get("name")
@@ -353,7 +354,6 @@ def write_report_page(pages):
     """One report page for the whole run: every regenerated cache, compared
     with what the files held before. pages: [(cache, old, new)]. Returns
     its path, or None (no matplotlib: a one-line note instead)."""
-    from autotune.report import page
     try:
         page.require_matplotlib()
     except ToolError:
