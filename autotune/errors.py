@@ -93,6 +93,12 @@ class DistributedTuningError(AutotuneError):
     """Ranks of a torch.distributed job could not tune a fusion together."""
 
 
+class MalformedExchangeError(AutotuneError, ValueError):
+    """A value read from a torch.distributed job's store is not what a rank
+    sends (autotune.runtime.distributed); reported as a
+    DistributedTuningError naming the rank."""
+
+
 class RegenerateError(ToolError):
     """regenerate cannot go on: bazel failed, a dump is missing or bad."""
 
@@ -130,3 +136,24 @@ class AutotuneCacheMissError(AutotuneError):
             f"{len(self.misses) - n_stale} fusion(s) missing from the "
             f"autotune cache:\n{lines}\n"
             f"Regenerate the cache (`{REGENERATE_COMMAND}`) and commit it.")
+
+
+_NO_CONFIG_AFTER_PRUNING = []
+
+
+def no_config_after_pruning(message):
+    """The error for an early_config_prune that left no config: an
+    AutotuneError and, where the installed Triton has one (3.7+), Triton's
+    own AutotunerError, which code written against triton.autotune
+    catches. The class is made on first use: this module imports no
+    Triton at its head (the cache tool starts without it)."""
+    if not _NO_CONFIG_AFTER_PRUNING:
+        try:  # Triton is heavy, and older ones lack the type
+            from triton.runtime.errors import AutotunerError
+            bases = (AutotuneError, AutotunerError)
+        except ImportError:
+            bases = (AutotuneError,)
+        _NO_CONFIG_AFTER_PRUNING.append(type(
+            "NoConfigAfterPruningError", bases,
+            {"__module__": __name__, "__doc__": no_config_after_pruning.__doc__}))
+    return _NO_CONFIG_AFTER_PRUNING[0](message)

@@ -346,7 +346,7 @@ def test_an_error_a_rank_reports_is_printed_escaped():
 ])
 def test_a_malformed_start_is_refused(start):
     from autotune.runtime import distributed
-    with pytest.raises(distributed.Malformed):
+    with pytest.raises(distributed.MalformedExchangeError):
         distributed._start_of(start)
     assert distributed._start_of(
         {"plan": ["BLOCK=16", ["BLOCK=32"]], "device": "d",

@@ -30,7 +30,7 @@ import warnings
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
 from autotune import keys as keys_module
-from autotune import unwrap
+from autotune import errors, unwrap
 from autotune.cache import neighbours as reuse
 from autotune.errors import (AutotuneArgumentError, AutotuneError,
                              AutotuneWarning)
@@ -42,21 +42,6 @@ from autotune.runtime.session import session
 SEARCHES = ("exhaustive", "evolutionary")
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg",
                    "ir_override")
-
-
-def _triton_autotuner_error():
-    """Triton's own error type for an autotuner that cannot go on (Triton
-    3.7+); code written against triton.autotune catches it."""
-    try:
-        from triton.runtime.errors import AutotunerError
-    except ImportError:  # older Triton: no such type to be caught as
-        return ()
-    return (AutotunerError,)
-
-
-class NoConfigAfterPruningError(AutotuneError, *_triton_autotuner_error()):
-    """early_config_prune left no config: what Triton raises, naming the
-    kernel."""
 
 
 def _notify_listener(fn, key, best_config, configs_timings, duration,
@@ -564,7 +549,7 @@ class Autotuner(TritonAutotuner):
         if self.early_config_prune:
             pruned = self.early_config_prune(self.configs, nargs, **kwargs)
             if not pruned:
-                raise NoConfigAfterPruningError(
+                raise errors.no_config_after_pruning(
                     f"{self.name}: early_config_prune returned no config; it "
                     "must return at least one")
         if self.perf_model:
@@ -688,7 +673,9 @@ class Autotuner(TritonAutotuner):
         timing _time_fn chooses and the selection rule's margins."""
         rule = " ".join(f"{name}={value}" for name, value in
                         tuner.DEFAULT_RULE._asdict().items())
-        if backend.name != "gpu":
+        if not hasattr(backend, "describe_timing"):  # a stand-in backend
+            how = getattr(backend, "name", type(backend).__name__)
+        elif backend.name != "gpu":
             how = backend.describe_timing()
         elif self.use_cuda_graph:
             how = "gpu do_bench_cudagraph"

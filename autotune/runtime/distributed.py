@@ -45,7 +45,7 @@ import statistics
 import time
 
 from autotune import log as logs
-from autotune.errors import DistributedTuningError
+from autotune.errors import DistributedTuningError, MalformedExchangeError
 from autotune.measure import backends, device_lock, tuner
 from autotune.records import FAILURE_KINDS, Candidate
 
@@ -65,12 +65,8 @@ MAX_NAME = 1 << 16  # a fusion's text: kernel name and signature
 MAX_SAMPLES = 100_000
 
 
-class Malformed(ValueError):
-    """A value read from the store is not what a rank sends."""
-
-
 def _reject_constant(name):
-    raise Malformed(f"{name} is not a number JSON allows")
+    raise MalformedExchangeError(f"{name} is not a number JSON allows")
 
 
 def encode(kind, what, value):
@@ -80,49 +76,49 @@ def encode(kind, what, value):
 
 
 def decode(raw):
-    """(kind, what, value) of bytes read from the store; Malformed when
+    """(kind, what, value) of bytes read from the store; MalformedExchangeError when
     they are not an exchange's JSON object."""
     if not isinstance(raw, (bytes, bytearray)):
-        raise Malformed(f"a {type(raw).__name__}, not bytes")
+        raise MalformedExchangeError(f"a {type(raw).__name__}, not bytes")
     if len(raw) > MAX_VALUE_BYTES:
-        raise Malformed(f"{len(raw)} bytes, over {MAX_VALUE_BYTES}")
+        raise MalformedExchangeError(f"{len(raw)} bytes, over {MAX_VALUE_BYTES}")
     try:
         data = json.loads(bytes(raw).decode("utf-8"),
                           parse_constant=_reject_constant)
-    except Malformed:
+    except MalformedExchangeError:
         raise
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError too
-        raise Malformed(f"not JSON ({type(e).__name__})") from None
+        raise MalformedExchangeError(f"not JSON ({type(e).__name__})") from None
     if not isinstance(data, dict) or set(data) != {"kind", "what", "value"}:
-        raise Malformed("not an object of kind, what and value")
+        raise MalformedExchangeError("not an object of kind, what and value")
     return (_text(data["kind"], "kind"),
             _text(data["what"], "what", MAX_NAME), data["value"])
 
 
 def _text(value, name, limit=MAX_TEXT):
     if not isinstance(value, str):
-        raise Malformed(f"{name} is a {_type(value)}, not text")
+        raise MalformedExchangeError(f"{name} is a {_type(value)}, not text")
     if len(value) > limit:
-        raise Malformed(f"{name} is {len(value)} characters, over {limit}")
+        raise MalformedExchangeError(f"{name} is {len(value)} characters, over {limit}")
     return value
 
 
 def _number(value, name):
     """A finite number >= 0 (bool is not one)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Malformed(f"{name} is a {_type(value)}, not a number")
+        raise MalformedExchangeError(f"{name} is a {_type(value)}, not a number")
     if not math.isfinite(value) or value < 0:
-        raise Malformed(f"{name} is {value!r}, not a finite number >= 0")
+        raise MalformedExchangeError(f"{name} is {value!r}, not a finite number >= 0")
     return float(value)
 
 
 def _list(value, name, length=None, limit=MAX_SAMPLES):
     if not isinstance(value, list):
-        raise Malformed(f"{name} is a {_type(value)}, not a list")
+        raise MalformedExchangeError(f"{name} is a {_type(value)}, not a list")
     if length is not None and len(value) != length:
-        raise Malformed(f"{name} has {len(value)} items, not {length}")
+        raise MalformedExchangeError(f"{name} has {len(value)} items, not {length}")
     if len(value) > limit:
-        raise Malformed(f"{name} has {len(value)} items, over {limit}")
+        raise MalformedExchangeError(f"{name} has {len(value)} items, over {limit}")
     return value
 
 
@@ -137,7 +133,7 @@ def _status(value, name):
     if pair[0] == "error":
         return "error", _text(pair[1], f"{name}'s error")
     if pair[0] != "ok":
-        raise Malformed(f"{name} is neither ok nor error")
+        raise MalformedExchangeError(f"{name} is neither ok nor error")
     return "ok", pair[1]
 
 
@@ -250,7 +246,7 @@ class Job:
         for r in sorted(got):
             try:
                 decoded[r] = decode(got[r])
-            except Malformed as e:
+            except MalformedExchangeError as e:
                 raise self.malformed(r, kind, what, e) from None
         got = decoded
         differ = {r: (k, w) for r, (k, w, _) in got.items()
@@ -268,7 +264,7 @@ class Job:
 
     def malformed(self, rank, kind, what, error):
         """The error for a value of `rank` that is not what a rank of this
-        version sends (Malformed): nothing it holds is used."""
+        version sends (MalformedExchangeError): nothing it holds is used."""
         return self.failure(
             f"autotune: rank {rank} of this torch.distributed job posted a "
             f"malformed value for {kind} of {what} "
@@ -324,7 +320,7 @@ def share(sess, key, evaluator, incumbent=None, seeds=()):
     for r, view in enumerate(views):
         try:
             starts[r] = _start_of(view)
-        except Malformed as e:
+        except MalformedExchangeError as e:
             raise job.malformed(r, "the start", what, e) from None
     fingerprints = {r: start["fingerprint"] for r, start in starts.items()}
     if len(set(fingerprints.values())) > 1:
@@ -352,7 +348,7 @@ def _start_of(value):
     """A rank's start value, checked: {plan, device, fingerprint}."""
     if not isinstance(value, dict) or \
             set(value) != {"plan", "device", "fingerprint"}:
-        raise Malformed("the start is not an object of plan, device and "
+        raise MalformedExchangeError("the start is not an object of plan, device and "
                         "fingerprint")
     incumbent, seeds = _list(value["plan"], "the plan", 2)
     if incumbent is not None:
@@ -395,24 +391,24 @@ _WIRE_FIELDS = {"config", "run_time_us", "failure", "failure_detail",
 def _unwire(value, config, key):
     """(Candidate, Timing or None) of a rank's wire value for `config`,
     checked: it is the config it was given, measured for this kernel and
-    fusion, with times that are numbers. Malformed, or _OtherCode when it
+    fusion, with times that are numbers. MalformedExchangeError, or _OtherCode when it
     was measured for another kernel's code."""
     if not isinstance(value, dict) or set(value) != _WIRE_FIELDS:
-        raise Malformed("a candidate is not an object of "
+        raise MalformedExchangeError("a candidate is not an object of "
                         + ", ".join(sorted(_WIRE_FIELDS)))
     fingerprint = _text(value["fingerprint"], "a fingerprint", 256)
     signature = _text(value["signature"], "a signature", MAX_NAME)
     if signature != key.signature:
-        raise Malformed(f"a candidate measured for the fusion "
+        raise MalformedExchangeError(f"a candidate measured for the fusion "
                         f"[{signature[:200]}], not [{key.signature}]")
     if fingerprint != key.fingerprint:
         raise _OtherCode(fingerprint)
     if value["config"] != _config_id(config):
-        raise Malformed(f"a candidate that is not the config it was given, "
+        raise MalformedExchangeError(f"a candidate that is not the config it was given, "
                         f"{config.short()}")
     failure = value["failure"]
     if failure not in FAILURE_KINDS:
-        raise Malformed("a failure kind that is none of "
+        raise MalformedExchangeError("a failure kind that is none of "
                         + ", ".join(FAILURE_KINDS))
     detail = _text(value["failure_detail"], "a failure detail")
     run_time_us = _number(value["run_time_us"], "a run time")
@@ -423,17 +419,17 @@ def _unwire(value, config, key):
                    for t in _list(samples, "the timing samples")]
     if failure == "NONE":
         if not samples:
-            raise Malformed(f"{config.short()} ran with no timing samples")
+            raise MalformedExchangeError(f"{config.short()} ran with no timing samples")
         timing = backends.Timing(samples)
         if timing.median_us != run_time_us:
-            raise Malformed(f"{config.short()}'s run time {run_time_us!r} "
+            raise MalformedExchangeError(f"{config.short()}'s run time {run_time_us!r} "
                             "is not the median of its samples")
     elif run_time_us != 0.0:
-        raise Malformed(f"{config.short()} failed but has a run time")
+        raise MalformedExchangeError(f"{config.short()} failed but has a run time")
     return Candidate(config, run_time_us, failure, detail), timing
 
 
-class _OtherCode(Malformed):
+class _OtherCode(MalformedExchangeError):
     """A candidate measured for a kernel with another fingerprint."""
 
     def __init__(self, fingerprint):
@@ -469,7 +465,7 @@ class SharedEvaluator:
 
     def _exchange(self, kind, value, read):
         """Every rank's value, by rank, each checked by read(rank, value)
-        (Malformed: an error naming the rank), with the ranks' seconds
+        (MalformedExchangeError: an error naming the rank), with the ranks' seconds
         since the miss began."""
         views = self.job.exchange(kind, self.what, [
             value, time.monotonic() - self._started])
@@ -483,7 +479,7 @@ class SharedEvaluator:
                 raise self.job.failure(_different_code(
                     self.key, {self.job.rank: self.key.fingerprint,
                                r: e.fingerprint})) from None
-            except Malformed as e:
+            except MalformedExchangeError as e:
                 raise self.job.malformed(r, kind, self.what, e) from None
         self._agreed_seconds = max(seconds)
         return values
