@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -42,13 +43,54 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-# (name, seconds): each within the whole budget, their sum below it.
-SECTIONS = [("preflight", 40), ("tests", 110), ("suite", 70),
-            ("side_by_side", 110), ("kernels", 70), ("compile_jobs", 40)]
-TOTAL_S = float(os.environ.get("GPU_CHECK_LIMIT_S", "480")) - 20.0
+# (name, budget seconds) on one H200 with a 16-core host, each next to the
+# estimate it is the budget of. Estimates: a fresh Python with torch and
+# Triton imported 4-6 s; CUDA context 1-2 s; one Triton compile of a small
+# kernel 0.5-1 s on that host, of a Hopper-sized bf16 matmul tile 2-8 s
+# (the CPU machines compile the 20 GPU configs in about 154 CPU-seconds:
+# 8 s each, a 16-core host about half that); GPU time of the figures is
+# small next to compilation. Their sum stays within the whole limit
+# (GPU_CHECK_LIMIT_S, 300 s) less the report's 10 s.
+SECTIONS = [
+    # imports 6 s + CUDA 2 s + one compile 1 s + the device lock check
+    # (free: 0 s): about 10 s.
+    ("preflight", 25),
+    # pytest start 6 s; the GPU test files tune tiny kernels with small
+    # config lists: about 60 compiles of tiny kernels, 0.5-1 s each, plus
+    # the drop-in round trips (two processes each, 11 kernels): 50-80 s.
+    ("tests", 90),
+    # two example tests cold (tunes, compiles ahead in 8 jobs) and warm
+    # (loads): four processes of 6 s start-up, the cold matmul fusions
+    # compile about 20 configs in 8 jobs, 10-20 s each: 40-60 s.
+    ("suite", 60),
+    # two kernels x (two tunings per side with short do_bench, the
+    # oracle's plain launches, 200 hit launches per side): compiles
+    # dominate, softmax 6 configs and the matmul 6 GPU configs at about
+    # 4 s each per side in separate caches: 50-60 s, fresh tunings in the
+    # time left.
+    ("side_by_side", 60),
+    # copy bandwidth, three matmul shapes tuned (the 4096^3 one compiles
+    # its 20 configs ahead, the others reuse most binaries: 25 s), softmax
+    # and layernorm at two shapes (6 configs each, 10 s): 35-40 s.
+    ("kernels", 45),
+]
+# compile_jobs (cold tuning with 1 job and with all) is not in the default
+# run: two more cold matmul tunings, 80-160 s serially; --sections
+# compile_jobs runs it in a second call.
+OPTIONAL_SECTIONS = [
+    # 20 configs serially (8 s each: 160 s) against 8 jobs (25 s).
+    ("compile_jobs", 200),
+]
+TOTAL_S = float(os.environ.get("GPU_CHECK_LIMIT_S", "300")) - 10.0
 # The dry run interprets every kernel on a CI machine: the same sections,
 # budgets this many times longer (gpu_check.sh raises the whole limit too).
-DRY_RUN_SCALE = 4.0
+DRY_RUN_SCALE = 6.0
+# A section cut by its budget gets SIGTERM (it kills the process groups of
+# its own children), then SIGKILL for its whole group this long after.
+KILL_GRACE_S = 3.0
+# How long the preflight waits for the device's tuning lock.
+DEVICE_LOCK_TIMEOUT_S = float(os.environ.get("GPU_CHECK_LOCK_TIMEOUT_S",
+                                             "20"))
 
 GPU_TESTS = ["tests/test_gpu_path.py", "tests/test_runtime.py",
              "tests/test_compile_check.py", "tests/test_dropin_api.py",
@@ -57,6 +99,15 @@ GPU_TESTS = ["tests/test_gpu_path.py", "tests/test_runtime.py",
 GPU_DESELECT = [
     "tests/test_runtime.py::test_cache_of_another_device_is_reported_not_used",
     "tests/test_runtime.py::test_expected_gpu_mismatch"]
+
+# Printed next to regret: ours does not take the argmin of one pass.
+SELECTION_RULE = (
+    "ours: candidates within 10 % of the fastest (the screen margin) are "
+    "tried smallest first, and one is kept unless the fastest is shown at "
+    "least 5 % faster head to head (autotune.records.SelectionRule), so a "
+    "regret up to about 1.05 against an oracle (and triton.autotune's "
+    "argmin) is by design; triton.autotune: the argmin of one do_bench "
+    "pass")
 
 # Every figure the report names, by section (tests/test_gpu_check.py reads
 # this list against a dry run's report).
@@ -75,6 +126,60 @@ FIGURES = {
 
 def log(text):
     print(f"gpu_check: {text}", flush=True)
+
+
+# -- child processes, each in a process group of its own ---------------------
+
+# Process groups of the children this process started and has not reaped:
+# killed whole when this process is told to stop.
+_CHILD_GROUPS = set()
+
+
+def _kill_group(pgid, sig=signal.SIGKILL):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_group(cmd, timeout=None, grace_s=0.0, **kwargs):
+    """subprocess.run(cmd, capture_output=True, text=True) in a new session
+    (its own process group): on timeout every process of the group is
+    killed (SIGTERM, then SIGKILL grace_s later), grandchildren included,
+    and TimeoutExpired raised with the output read so far."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kwargs)
+    _CHILD_GROUPS.add(proc.pid)
+    try:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            if grace_s > 0:
+                _kill_group(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            _kill_group(proc.pid)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, out, err)
+        # A child's own children may outlive it: none may hold the GPU
+        # after the section moves on.
+        _kill_group(proc.pid)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    finally:
+        _CHILD_GROUPS.discard(proc.pid)
+
+
+def _stop_children_on_term():
+    """In a section process: SIGTERM (its budget ran out) kills the groups
+    of its own children, then this process."""
+    def stop(signum, frame):
+        for pgid in list(_CHILD_GROUPS):
+            _kill_group(pgid)
+        os._exit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _figure(value):
@@ -130,6 +235,26 @@ def _sync(dry_run):
 
 # -- sections ---------------------------------------------------------------
 
+def _device_lock_free(backend, timeout_s):
+    """Waits at most timeout_s for the device's tuning lock (the one every
+    tuning takes, autotune.measure.device_lock), then lets it go: a check
+    whose sections would wait forever on a holder stops here, naming it.
+    Returns the seconds waited."""
+    from autotune.measure import device_lock
+    lock = device_lock.DeviceTurn(backend).lock
+    start = time.monotonic()
+    while not lock.try_acquire():
+        if time.monotonic() - start > timeout_s:
+            holder = device_lock.holder_of(lock.path)
+            raise RuntimeError(
+                f"the device lock {lock.path} is held by "
+                + (f"pid {holder}" if holder else "another process")
+                + f" and was not free within {timeout_s:.0f} s")
+        time.sleep(0.2)
+    lock.release()
+    return round(time.monotonic() - start, 2)
+
+
 def section_preflight(out, dry_run, env):
     import google.protobuf
     import torch
@@ -139,6 +264,8 @@ def section_preflight(out, dry_run, env):
     from autotune.measure import backends
     backend = backends.select_backend("interpreter" if dry_run else "gpu")
     out["device_key"] = backend.device_key()
+    out["device_lock_wait_s"] = _device_lock_free(backend,
+                                                  DEVICE_LOCK_TIMEOUT_S)
     out["versions"] = {
         "python": platform.python_version(), "torch": torch.__version__,
         "triton": triton.__version__,
@@ -169,8 +296,7 @@ def section_tests(out, dry_run, env):
         cmd += GPU_TESTS + [f"--deselect={d}" for d in GPU_DESELECT]
     out["command"] = " ".join(cmd[1:])
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True,
-                          text=True)
+    proc = run_group(cmd, cwd=ROOT, env=env)
     lines = proc.stdout.strip().splitlines() or [""]
     out["failures"] = [ln for ln in lines if ln.startswith("FAILED")][:20]
     out["summary"] = lines[-1]
@@ -199,8 +325,8 @@ def section_suite(out, dry_run, env):
                            AUTOTUNE_FLAGS=(f"{flags} --autotune_report_to="
                                            f"{report_path}"))
             start = time.perf_counter()
-            proc = subprocess.run([sys.executable, example], cwd=ROOT,
-                                  env=run_env, capture_output=True, text=True)
+            proc = run_group([sys.executable, example], cwd=ROOT,
+                             env=run_env)
             seconds = time.perf_counter() - start
             report = {}
             if os.path.exists(report_path):
@@ -390,8 +516,7 @@ def _fresh_tunings(case_name, dry_run, count, env, deadline):
         cmd = [sys.executable, os.path.abspath(__file__), "--tune-once",
                case_name] + (["--dry-run"] if dry_run else [])
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True,
-                                  text=True, timeout=left)
+            proc = run_group(cmd, timeout=left, cwd=ROOT, env=env)
         except subprocess.TimeoutExpired:
             break
         if proc.returncode != 0:
@@ -520,8 +645,7 @@ def section_compile_jobs(out, dry_run, env):
                        AUTOTUNE_FLAGS=f"--autotune_compile_jobs={n}")
         cmd = [sys.executable, os.path.abspath(__file__),
                "--tune-example"] + (["--dry-run"] if dry_run else [])
-        proc = subprocess.run(cmd, cwd=ROOT, env=run_env, text=True,
-                              capture_output=True)
+        proc = run_group(cmd, cwd=ROOT, env=run_env)
         if proc.returncode != 0:
             out[label] = None
             out[label + "_error"] = (proc.stderr.strip().splitlines()
@@ -571,12 +695,13 @@ def markdown(report):
     if report["dry_run"]:
         lines += ["Dry run on Triton's interpreter: the figures mean "
                   "nothing, the sections and their figures are checked.", ""]
-    lines += ["| section | status | seconds | budget s |", "|---|---|---|---|"]
-    for name, _ in SECTIONS:
-        s = report["sections"].get(name, {"status": "not run"})
+    lines += ["| section | status | seconds | budget s | error |",
+              "|---|---|---|---|---|"]
+    for name in report["sections"]:
+        s = report["sections"][name]
         lines.append(f"| {name} | {s['status']} | {s.get('seconds', '')} | "
-                     f"{s.get('budget_s', '')} |")
-    for name, _ in SECTIONS:
+                     f"{s.get('budget_s', '')} | {s.get('error', '')} |")
+    for name in report["sections"]:
         s = report["sections"].get(name)
         if not s:
             continue
@@ -585,7 +710,8 @@ def markdown(report):
         if s.get("error"):
             lines += [f"error: `{s['error']}`", ""]
         if name == "side_by_side":
-            lines += ["| kernel | figure | ours | triton.autotune | "
+            lines += [f"Selection rule: {SELECTION_RULE}.", "",
+                      "| kernel | figure | ours | triton.autotune | "
                       "ours / triton |", "|---|---|---|---|---|"]
             for kernel, row in res.get("kernels", {}).items():
                 ratios = row.get("ratio_ours_over_triton", {})
@@ -634,52 +760,106 @@ def write_report(out_dir, report):
         os.replace(tmp, os.path.join(out_dir, name))
 
 
-def run_section(name, budget_s, out_dir, env, dry_run):
-    """Runs one section in a child process within budget_s; returns its
-    entry for the report (status ok, failed, cut)."""
-    path = os.path.join(out_dir, "sections", f"{name}.json")
+def run_section(name, budget_s, work_dir, env, dry_run):
+    """Runs one section in a child process of its own session within
+    budget_s (the whole group is killed when it runs over); returns its
+    entry for the report (status ok, failed, cut). The section writes its
+    results into work_dir (not $OUT): they are folded into the report."""
+    path = os.path.join(work_dir, f"{name}.json")
     if os.path.exists(path):
         os.remove(path)
     cmd = [sys.executable, os.path.abspath(__file__), "--section", name,
-           "--out", out_dir, "--budget", str(budget_s)] + \
+           "--work", work_dir, "--budget", str(budget_s)] + \
         (["--dry-run"] if dry_run else [])
     start = time.perf_counter()
     entry = {"budget_s": round(budget_s)}
+    stderr = ""
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, text=True,
-                              capture_output=True, timeout=budget_s)
+        proc = run_group(cmd, timeout=budget_s, grace_s=KILL_GRACE_S,
+                         cwd=ROOT, env=env)
         entry["status"] = "ok" if proc.returncode == 0 else "failed"
+        stderr = proc.stderr
+        sys.stdout.write(proc.stdout)
         if proc.returncode != 0:
-            entry["error"] = (proc.stderr.strip().splitlines()
-                              or [f"exit {proc.returncode}"])[-1][:300]
-            print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
-        else:
-            sys.stdout.write(proc.stdout)
-    except subprocess.TimeoutExpired:
+            entry["error"] = f"exit {proc.returncode}"
+    except subprocess.TimeoutExpired as e:
         entry["status"] = "cut"
         entry["error"] = f"ran over its budget of {budget_s:.0f} s"
+        stderr = e.stderr or ""
+        if isinstance(stderr, bytes):
+            stderr = stderr.decode(errors="replace")
     entry["seconds"] = round(time.perf_counter() - start, 1)
     results = {}
     if os.path.exists(path):
         with open(path) as f:
             results = json.load(f)
+    # The section's own exception, when it raised one, names the failure.
+    if results.get("exception"):
+        entry["error"] = results.pop("exception")
     entry["results"] = results
     if entry["status"] == "ok" and results.get("ok") is False:
         entry["status"] = "failed"
+        entry.setdefault("error", "a check of the section failed "
+                         "(see its results)")
+    if entry["status"] != "ok" and stderr.strip():
+        entry["stderr_tail"] = stderr.strip()[-1500:]
+        print(stderr[-3000:], file=sys.stderr)
     return entry
+
+
+def _run_section_here(args, env):
+    """The child side of run_section: the section function, its results
+    written as they come, its exception (type and message) recorded."""
+    _stop_children_on_term()
+    os.environ.update(TRITON_INTERPRET=env["TRITON_INTERPRET"])
+    os.environ.pop("AUTOTUNE_FLAGS", None)
+    out = Partial(os.path.join(args.work, f"{args.section}.json"))
+    fn = SECTION_FUNCTIONS[args.section]
+    try:
+        if args.section == "side_by_side":
+            fn(out, args.dry_run, env, budget_s=args.budget)
+        else:
+            fn(out, args.dry_run, env)
+    except BaseException as e:
+        import traceback
+        traceback.print_exc()
+        text = f"{type(e).__name__}: {e}".strip().splitlines()
+        out["exception"] = (text[0] if text else type(e).__name__)[:300]
+        return 1
+    return 0
+
+
+def parse_sections(text):
+    """--sections a,b: the sections to run, in the check's order."""
+    known = dict(SECTIONS + OPTIONAL_SECTIONS)
+    if not text:
+        return list(SECTIONS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise SystemExit(f"gpu_check: --sections: unknown section(s) "
+                         f"{', '.join(unknown) or '(none given)'}; known: "
+                         f"{', '.join(known)}")
+    return [(n, b) for n, b in SECTIONS + OPTIONAL_SECTIONS if n in names]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--out", default=os.environ.get("OUT"))
+    parser.add_argument("--sections", default=None,
+                        help="comma-separated sections to run (default: "
+                        + ",".join(n for n, _ in SECTIONS) + "; also: "
+                        + ",".join(n for n, _ in OPTIONAL_SECTIONS) + ")")
     parser.add_argument("--section", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--budget", type=float, default=60.0,
                         help=argparse.SUPPRESS)
     parser.add_argument("--tune-once", help=argparse.SUPPRESS)
     parser.add_argument("--tune-example", action="store_true",
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    sections = parse_sections(args.sections)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -700,42 +880,37 @@ def main(argv=None):
         return 0
     env.pop("AUTOTUNE_FLAGS", None)
     if args.section:
-        os.environ.update(TRITON_INTERPRET=env["TRITON_INTERPRET"])
-        os.environ.pop("AUTOTUNE_FLAGS", None)
-        out = Partial(os.path.join(args.out, "sections",
-                                   f"{args.section}.json"))
-        fn = SECTION_FUNCTIONS[args.section]
-        if args.section == "side_by_side":
-            fn(out, args.dry_run, env, budget_s=args.budget)
-        else:
-            fn(out, args.dry_run, env)
-        return 0
+        return _run_section_here(args, env)
     start = time.time()
     out_dir = args.out or tempfile.mkdtemp(prefix="gpu_check.")
-    os.makedirs(os.path.join(out_dir, "sections"), exist_ok=True)
+    os.makedirs(out_dir, exist_ok=True)
+    # Section results and scratch files live outside $OUT: the report
+    # (gpu_check.json, gpu_check.md) is all that goes there.
+    work_dir = tempfile.mkdtemp(prefix="gpu_check_work.")
     scale = DRY_RUN_SCALE if args.dry_run else 1.0
     report = {"dry_run": args.dry_run, "limit_s": TOTAL_S, "sections": {},
-              "seconds": 0.0, "ok": False}
-    for name, budget in SECTIONS:
+              "seconds": 0.0, "ok": False,
+              "selection_rule": SELECTION_RULE}
+    for name, budget in sections:
         budget *= scale
         left = TOTAL_S - (time.time() - start)
         if left < 10:
             report["sections"][name] = {"status": "cut", "budget_s": 0,
                                         "error": "no time left"}
             continue
-        entry = run_section(name, min(budget, left), out_dir, env,
+        entry = run_section(name, min(budget, left), work_dir, env,
                             args.dry_run)
         report["sections"][name] = entry
         report["seconds"] = round(time.time() - start, 1)
         write_report(out_dir, report)
-        log(f"{name}: {entry['status']} in {entry['seconds']} s")
+        log(f"{name}: {entry['status']} in {entry['seconds']} s"
+            + (f": {entry['error']}" if entry.get("error") else ""))
         if name == "preflight" and entry["status"] != "ok":
-            log("the preflight launch failed: nothing else can run "
-                f"({entry.get('error', '')})")
+            log("the preflight failed: nothing else can run")
             break
     report["seconds"] = round(time.time() - start, 1)
-    report["ok"] = all(s["status"] == "ok"
-                       for s in report["sections"].values())
+    report["ok"] = bool(report["sections"]) and all(
+        s["status"] == "ok" for s in report["sections"].values())
     write_report(out_dir, report)
     log(f"report: {out_dir}/gpu_check.json and gpu_check.md; "
         f"{report['seconds']} s; {'ok' if report['ok'] else 'FAILED'}")
