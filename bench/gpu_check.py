@@ -386,18 +386,20 @@ def section_suite(out, dry_run, env):
 
 # Side by side: the same JIT kernels and configs under both autotuners.
 
-def _side_by_side_cases(dry_run):
+def _side_by_side_cases(dry_run, host_bound=False):
     """[(name, jit kernel, [autotune.Config], key, make_args(),
     grid(meta))]: the softmax example and the matmul, at one small shape
-    on the interpreter."""
+    on the interpreter; host_bound: shapes whose launch costs the host
+    more than the GPU (for hit overhead, which a GPU-bound launch hides)."""
     import torch
     import triton
 
     from autotune.kernels import matmul, softmax
     dev = "cpu" if dry_run else "cuda"
     dtype = torch.float32 if dry_run else torch.bfloat16
-    rows, cols = (8, 64) if dry_run else (4096, 2048)
-    m, n, k = (32, 32, 32) if dry_run else (4096, 4096, 4096)
+    rows, cols = (8, 64) if dry_run or host_bound else (4096, 2048)
+    m, n, k = (32, 32, 32) if dry_run else \
+        (64, 64, 64) if host_bound else (4096, 4096, 4096)
 
     def softmax_args():
         x = torch.randn(rows, cols, device=dev, dtype=dtype)
@@ -414,8 +416,9 @@ def _side_by_side_cases(dry_run):
                 b.stride(0), b.stride(1), c.stride(0), c.stride(1)), \
             {"ACTIVATION": "relu", "INPUT_PRECISION": "ieee"}
     # Two configs each on the interpreter: the script is checked, not the
-    # figures.
-    keep = 2 if dry_run else None
+    # figures. On the GPU the softmax's 6 and the first 6 of the matmul's
+    # 20 (each side compiles them serially, in its own cache: the budget).
+    keep = 2 if dry_run else 6
     mm_configs = matmul.matmul_bias_act_kernel.configs[:keep]
     return [
         ("softmax", softmax.softmax_kernel.kernel,
@@ -450,43 +453,93 @@ def _cpu_do_bench(fn, quantiles=None, **_):
     return [samples[1]] * len(quantiles) if quantiles else samples[1]
 
 
-def _make_tuners(case, dry_run):
-    """(ours, theirs): fresh autotuners of one kernel and config list."""
+# Where the check tunes only to compare the two tuners: shorter timing
+# than either's default, the same for both.
+COMPARE_WARMUP_MS, COMPARE_REP_MS = 5, 25
+
+
+def side_kernels(case):
+    """{'ours': JITFunction, 'theirs': JITFunction}: one kernel object per
+    side, so neither launches a binary the other compiled in memory."""
+    import triton
+    jit = case[1]
+    # triton.jit: an InterpretedFunction on the interpreter, as the
+    # module's own kernel is there.
+    return {who: triton.jit(jit.fn) for who in ("ours", "theirs")}
+
+
+def _compare_do_bench(fn, quantiles=None, **_):
+    from triton.testing import do_bench
+    return do_bench(fn, warmup=COMPARE_WARMUP_MS, rep=COMPARE_REP_MS,
+                    quantiles=quantiles)
+
+
+def _make_tuners(case, dry_run, kernels):
+    """{'ours': ..., 'theirs': ...}: fresh autotuners of one config list,
+    each over its own side's kernel object."""
     import triton.runtime.autotuner as triton_autotuner
 
     import autotune
-    name, jit, configs, key, _, _ = case
-    ours = autotune.tune(jit, configs, key=key, name=f"{name}_ours")
-    theirs = triton_autotuner.Autotuner(
-        jit, jit.arg_names, _triton_configs(configs), key, None, None,
-        do_bench=_cpu_do_bench if dry_run else None)
-    return ours, theirs
+    name, _, configs, key, _, _ = case
+    return {
+        "ours": autotune.tune(kernels["ours"], configs, key=key,
+                              name=f"{name}_ours"),
+        "theirs": triton_autotuner.Autotuner(
+            kernels["theirs"], kernels["theirs"].arg_names,
+            _triton_configs(configs), key, None, None,
+            do_bench=_cpu_do_bench if dry_run else _compare_do_bench)}
 
 
-def _tune_once(case, dry_run):
-    """Cold tunings in this process: {'ours': (seconds, config text),
-    'theirs': ...}."""
+# The Triton cache directory each side's last cold tuning filled.
+_SIDE_CACHE_DIRS = {}
+
+
+def _fresh_session(dry_run):
     import autotune
-    name, jit, configs, key, make_args, grid = case
+    autotune.configure()  # an empty in-memory cache
+    if not dry_run:
+        backend = autotune.session().backend
+        backend.warmup_ms, backend.rep_ms = COMPARE_WARMUP_MS, COMPARE_REP_MS
+
+
+def _tune_once(case, dry_run, kernels, order=("ours", "theirs"),
+               cold=True):
+    """Tunings in this process, sides in `order`: {'ours': (seconds,
+    config text), 'theirs': ...}. cold: each side compiles into an empty
+    Triton cache directory of its own (the on-disk cache of one side is
+    not the other's)."""
+    _, _, _, _, make_args, grid = case
     out = {}
-    ours, theirs = _make_tuners(case, dry_run)
-    for who, tuner in (("ours", ours), ("theirs", theirs)):
-        autotune.configure()  # an empty in-memory cache
-        args, kwargs = make_args()
-        start = time.perf_counter()
-        tuner[grid](*args, **kwargs)
-        _sync(dry_run)
-        seconds = time.perf_counter() - start
-        best = tuner.best_config
-        out[who] = (seconds, _config_text(best.kwargs, best.num_warps,
-                                          best.num_stages))
+    tuners = _make_tuners(case, dry_run, kernels)
+    saved = os.environ.get("TRITON_CACHE_DIR")
+    try:
+        for who in order:
+            if cold:
+                os.environ["TRITON_CACHE_DIR"] = _SIDE_CACHE_DIRS[who] = \
+                    tempfile.mkdtemp(prefix=f"gpu_check_{who}_cache.")
+            _fresh_session(dry_run)
+            tuner = tuners[who]
+            args, kwargs = make_args()
+            start = time.perf_counter()
+            tuner[grid](*args, **kwargs)
+            _sync(dry_run)
+            seconds = time.perf_counter() - start
+            best = tuner.best_config
+            out[who] = (seconds, _config_text(best.kwargs, best.num_warps,
+                                              best.num_stages))
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = saved
     return out
 
 
-def _oracle(case, dry_run, rounds):
-    """True time (ms) of every config: do_bench of plain launches, rounds
-    interleaved across configs, median per config."""
-    _, jit, configs, _, make_args, grid = case
+def _oracle(case, dry_run, rounds, jit):
+    """True time (ms) of every config: do_bench of plain launches of `jit`
+    (a kernel object that compiled them already), rounds interleaved
+    across configs, median per config."""
+    _, _, configs, _, make_args, grid = case
     time_ms = _timer(dry_run)
     args, kwargs = make_args()
     times = {}
@@ -503,13 +556,15 @@ def _oracle(case, dry_run, rounds):
     return {t: statistics.median(v) for t, v in times.items()}
 
 
-def _hit_overhead_us(case, dry_run, calls):
+def _hit_overhead_us(case, dry_run, calls, kernels):
     """Per-call host time of a tuned kernel on its hit path minus a plain
-    JITFunction launch of the same config, interleaved; per autotuner."""
-    import autotune
+    JITFunction launch of the same config, interleaved; per autotuner.
+    `case` is a host-bound one: on a GPU-bound launch the queue hides the
+    host's time and the difference is noise."""
     name, jit, configs, key, make_args, grid = case
-    ours, theirs = _make_tuners(case, dry_run)
-    autotune.configure()
+    tuners = _make_tuners(case, dry_run, kernels)
+    ours, theirs = tuners["ours"], tuners["theirs"]
+    _fresh_session(dry_run)
     args, kwargs = make_args()
     ours[grid](*args, **kwargs)
     theirs[grid](*args, **kwargs)
@@ -521,11 +576,11 @@ def _hit_overhead_us(case, dry_run, calls):
     for _ in range(5):
         for who, fn in (
                 ("ours", lambda: ours[grid](*args, **kwargs)),
-                ("plain_ours", lambda: jit[grid](*args, **kwargs,
-                                                 **best["ours"])),
+                ("plain_ours", lambda: kernels["ours"][grid](
+                    *args, **kwargs, **best["ours"])),
                 ("theirs", lambda: theirs[grid](*args, **kwargs)),
-                ("plain_theirs", lambda: jit[grid](*args, **kwargs,
-                                                   **best["theirs"]))):
+                ("plain_theirs", lambda: kernels["theirs"][grid](
+                    *args, **kwargs, **best["theirs"]))):
             _sync(dry_run)
             start = time.perf_counter()
             for _ in range(calls):
@@ -571,27 +626,40 @@ def section_side_by_side(out, dry_run, env, budget_s=110):
             continue
         name = case[0]
         row = {}
-        first = _tune_once(case, dry_run)
-        # Again in the same process: the binaries are compiled now, so
-        # the difference is the compilation in the first tuning.
-        again = _tune_once(case, dry_run)
+        kernels = side_kernels(case)
+        # Cold, each side in its own cache; which side goes first
+        # alternates between the kernels (clocks warmed by the first).
+        order = ("ours", "theirs") if len(results) % 2 == 0 else \
+            ("theirs", "ours")
+        first = _tune_once(case, dry_run, kernels, order)
+        # Again in the same process, the other side first, each on its own
+        # kernel object (its binaries in memory now): the difference is
+        # the compilation in the first tuning.
+        again = _tune_once(case, dry_run, kernels, order[::-1], cold=False)
+        row["first"] = order[0]
         row["cold_tuning_s"] = {w: _figure(first[w][0]) for w in first}
         row["compile_share"] = {
             w: _figure(max(0.0, first[w][0] - again[w][0]) / first[w][0])
             for w in first}
         results[name] = row
         out["kernels"] = results
+        small = next(c for c in _side_by_side_cases(dry_run, True)
+                     if c[0] == name)
+        row["hit_overhead_shape"] = "host-bound (8x64 rows, 64^3 matmul)"
         row["hit_overhead_us"] = {
             w: _figure(v) for w, v in _hit_overhead_us(
-                case, dry_run, 3 if dry_run else 200).items()}
+                small, dry_run, 3 if dry_run else 200,
+                side_kernels(small)).items()}
         out["kernels"] = results
-        oracle = _oracle(case, dry_run, 1 if dry_run else 3)
+        oracle = _oracle(case, dry_run, 1 if dry_run else 3,
+                         kernels["ours"])
         best = min(oracle.values())
         row["oracle_best"] = min(oracle, key=oracle.get)
         row["regret"] = {w: _figure(oracle[first[w][1]] / best)
                          for w in first}
         out["kernels"] = results
-        picks = _fresh_tunings(name, dry_run, fresh, env, deadline)
+        picks = _fresh_tunings(name, dry_run, fresh, dict(
+            env, TRITON_CACHE_DIR=_SIDE_CACHE_DIRS["ours"]), deadline)
         for w in picks:
             picks[w] = [first[w][1], again[w][1]] + picks[w]
         row["picks"] = picks
@@ -933,7 +1001,11 @@ def main(argv=None):
         os.environ.pop("AUTOTUNE_FLAGS", None)
         case = next(c for c in _side_by_side_cases(args.dry_run)
                     if c[0] == args.tune_once)
-        print(json.dumps(_tune_once(case, args.dry_run)))
+        # Fresh kernel objects; binaries from the cache directory the
+        # section's cold tuning filled (agreement is measured here, not
+        # compile time).
+        print(json.dumps(_tune_once(case, args.dry_run, side_kernels(case),
+                                    cold=False)))
         return 0
     env.pop("AUTOTUNE_FLAGS", None)
     if args.section:

@@ -159,3 +159,20 @@ def test_tests_on_a_gpu_exclude_cpu_only_assertions_and_do_not_stop_early():
     assert "tests/test_dropin_api.py" in gpu_check.GPU_TESTS
     import inspect
     assert '"-x"' not in inspect.getsource(gpu_check.section_tests)
+
+
+def test_side_by_side_gives_each_tuner_its_own_kernel_and_cache():
+    """Triton's tuner never launches a binary ours compiled: each side has
+    its own kernel object and, cold, its own Triton cache directory; the
+    side that goes first is the one asked for."""
+    case = next(c for c in gpu_check._side_by_side_cases(dry_run=True)
+                if c[0] == "softmax")
+    kernels = gpu_check.side_kernels(case)
+    assert kernels["ours"] is not kernels["theirs"]
+    assert case[1] not in kernels.values()
+    before = os.environ.get("TRITON_CACHE_DIR")
+    picks = gpu_check._tune_once(case, True, kernels, ("theirs", "ours"))
+    assert list(picks) == ["theirs", "ours"]
+    dirs = gpu_check._SIDE_CACHE_DIRS
+    assert dirs["ours"] != dirs["theirs"]
+    assert os.environ.get("TRITON_CACHE_DIR") == before
