@@ -200,6 +200,14 @@ def _maxnreg_keys(record):
             "checker_config": compile_check._config_dict(capped)["maxnreg"]}
 
 
+def _binaries(cache_dir):
+    """The compiled binaries in a Triton cache directory (a directory per
+    key may exist before its binary: the cache lookup creates it)."""
+    return {os.path.join(d, f) for d in os.listdir(cache_dir)
+            for f in os.listdir(os.path.join(cache_dir, d))
+            if f.endswith(".cubin")}
+
+
 def child_real(cache_dir):
     """Real sm_90 compiles: the pool (two spawned jobs) fills cache_dir;
     then each config is compiled through the launch path, counting the
@@ -223,11 +231,11 @@ def child_real(cache_dir):
         # A second miss in a fresh process would find them on disk.
         replanned = compile_check.plan_compile_ahead(tuner.kernel, named,
                                                      configs)
-        before = set(os.listdir(cache_dir))
+        before = _binaries(cache_dir)
         for config in configs:
             tuner.kernel.warmup(*args, grid=grid, **kwargs,
                                 **config.all_kwargs())
-        compiled_again = sorted(set(os.listdir(cache_dir)) - before)
+        compiled_again = sorted(_binaries(cache_dir) - before)
         out[name] = {"pool_ok": sum(r["ok"] for r in results),
                      "configs": len(configs),
                      "on_disk_before_launch": len(replanned.on_disk),
