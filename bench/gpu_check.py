@@ -822,11 +822,13 @@ def markdown(report):
                   "nothing, the sections and their figures are checked.", ""]
     lines += ["| section | status | seconds | budget s | error |",
               "|---|---|---|---|---|"]
-    for name in report["sections"]:
+    order = [n for n, _ in SECTIONS + OPTIONAL_SECTIONS
+             if n in report["sections"]]
+    for name in order:
         s = report["sections"][name]
         lines.append(f"| {name} | {s['status']} | {s.get('seconds', '')} | "
                      f"{s.get('budget_s', '')} | {s.get('error', '')} |")
-    for name in report["sections"]:
+    for name in order:
         s = report["sections"].get(name)
         if not s:
             continue
@@ -834,8 +836,15 @@ def markdown(report):
         lines += ["", f"## {name} ({s['status']})", ""]
         if s.get("error"):
             lines += [f"error: `{s['error']}`", ""]
+        for kernel, why in res.get("skipped", {}).items():
+            lines += [f"Skipped {kernel}: {why}.", ""]
         if name == "side_by_side":
+            firsts = ", ".join(f"{k}: {r.get('first')} first"
+                               for k, r in res.get("kernels", {}).items())
             lines += [f"Selection rule: {SELECTION_RULE}.", "",
+                      "Each side on its own kernel object, cold in its own "
+                      f"Triton cache directory ({firsts}); hit overhead on "
+                      "host-bound shapes (8x64 rows, 64^3 matmul).", "",
                       "| kernel | figure | ours | triton.autotune | "
                       "ours / triton |", "|---|---|---|---|---|"]
             for kernel, row in res.get("kernels", {}).items():
@@ -851,6 +860,9 @@ def markdown(report):
         if name == "kernels":
             lines += [f"copy_gbps (device copy bandwidth): "
                       f"{res.get('copy_gbps')}", "",
+                      f"Config lists: {res.get('config_lists', '')}.", "",
+                      "torch baseline of matmul_bias_relu: "
+                      "torch.addmm(bias, a, b).relu_().", "",
                       "| kernel | dtype | shape | tuned | torch | unit | "
                       "share of copy |", "|---|---|---|---|---|---|---|"]
             for row in res.get("matmul", []):
