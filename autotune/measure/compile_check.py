@@ -475,11 +475,20 @@ def plan_compile_ahead(kernel, named, configs):
     triton.heuristics around one) with the arguments `named` (by name) and
     each config's meta-parameters and launch options. Runs in the tuning
     process, whose active driver (the GPU's) names the target."""
+    import threading
     jit = _jit_function(kernel)
     captured = []
+    planner = threading.get_ident()
+    patched_before = vars(jit).get("_do_compile")
+    own_compile = patched_before or type(jit)._do_compile.__get__(jit)
 
     def capture(key, signature, device, constexprs, options, attrs,
                 warmup):
+        if threading.get_ident() != planner:
+            # Another thread launching this kernel meanwhile compiles as
+            # always.
+            return own_compile(key, signature, device, constexprs, options,
+                               attrs, warmup)
         target = jit.device_caches[device][2]
         captured.append(LaunchCompile(
             None, dict(signature), dict(constexprs), dict(attrs),
@@ -487,7 +496,6 @@ def plan_compile_ahead(kernel, named, configs):
             (target.backend, target.arch, target.warp_size)))
         return None  # nothing compiled, nothing launched
     plan = AheadPlan([], [], [], [])
-    patched_before = vars(jit).get("_do_compile")
     jit._do_compile = capture
     try:
         for config in dict.fromkeys(configs):
