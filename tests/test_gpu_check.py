@@ -15,7 +15,8 @@ import gpu_check  # noqa: E402
 
 @pytest.mark.slow
 def test_dry_run_report_has_every_section_and_figure(tmp_path):
-    env = dict(os.environ, OUT=str(tmp_path))
+    # On this Python (and its Triton): the one the tests run on.
+    env = dict(os.environ, OUT=str(tmp_path), PYTHON=sys.executable)
     env.pop("AUTOTUNE_FLAGS", None)
     proc = subprocess.run(["bash", os.path.join(ROOT, "bench",
                                                 "gpu_check.sh"), "--dry-run"],
@@ -53,7 +54,8 @@ def test_dry_run_report_has_every_section_and_figure(tmp_path):
     assert kernels["copy_gbps"] > 0
     assert {r["kernel"] for r in kernels["rows"]} | set(
         kernels.get("skipped", {})) >= {"softmax", "layernorm"}
-    assert "TFLOP/s" in markdown and "GB/s" in markdown
+    assert "GB/s" in markdown
+    assert "TFLOP/s" in markdown or "matmul_bias_relu" in kernels["skipped"]
 
 
 def test_interpreter_problem_is_probed_on_the_interpreter_only():
