@@ -86,6 +86,22 @@ def test_limits_of_the_target_are_checked():
         result.reason
 
 
+def test_maxnreg_reaches_the_compile():
+    """A config's maxnreg caps the registers of the compiled binary (40
+    without it for this tile on sm_90)."""
+    config = {"kwargs": ck.FITS.kwargs, "num_warps": 4, "num_stages": 2}
+    signature = ck.COMPILE_SIGNATURES["square_matmul_kernel"][0]
+    task = ("compile_check_kernels", None, "square_matmul_kernel", signature,
+            config, ("sm_90", 90))
+    free, capped = compile_check.run_tasks(
+        [task, task[:4] + (dict(config, maxnreg=32),) + task[5:]], jobs=2)
+    assert free["ok"] and capped["ok"], (free, capped)
+    assert free["registers"] > 32 >= capped["registers"] > 0, (free, capped)
+    assert capped["config"].endswith("maxnreg=32")
+    assert compile_check._config_dict(
+        autotune.Config({"BLOCK": 16}, maxnreg=64))["maxnreg"] == 64
+
+
 @pytest.mark.parametrize("text", ["sm90x", "gfx90a", "sm_11", ""])
 def test_bad_targets_are_one_line_errors(text):
     with pytest.raises(compile_check.CompileCheckError) as raised:

@@ -496,15 +496,15 @@ def test_launch_signature_specialises_as_a_launch_does():
 def test_gpu_miss_compiles_candidates_ahead_in_a_pool(monkeypatch,
                                                       session_factory):
     """On the GPU backend (faked), a miss hands every candidate to the
-    compile pool for the device's target before any is timed, with the
-    jobs the flag asks for; --autotune_compile_jobs=1 turns it off."""
+    compile-ahead pool with the kernel, its launch arguments and the jobs
+    the flag asks for; --autotune_compile_jobs=1 turns it off."""
     import types
 
     import tiny_kernels
     from autotune.measure import compile_check
     sess = session_factory(autotune_compile_jobs=3)
     calls = []
-    monkeypatch.setattr(compile_check, "compile_ahead",
+    monkeypatch.setattr(compile_check, "compile_ahead_of_launch",
                         lambda *a: calls.append(a) or [])
     monkeypatch.setattr(torch.cuda, "get_device_capability",
                         lambda device=None: (9, 0))
@@ -515,10 +515,10 @@ def test_gpu_miss_compiles_candidates_ahead_in_a_pool(monkeypatch,
              "alpha": 2.0}
     miss = tuner_._miss(sess, None, named, None, (), {})
     miss.compile_ahead(tiny_kernels.GOOD)
-    ((module, attr, signature, configs, target, jobs),) = calls
-    assert (module, attr) == ("tiny_kernels", "AXPB")
-    assert target.name == "sm_90" and jobs == 2  # no more jobs than configs
-    assert configs == tiny_kernels.GOOD and signature["n"] == "i32:16"
+    ((where, kernel, launch_args, configs, jobs),) = calls
+    assert where == ("tiny_kernels", "AXPB") and kernel is tuner_.kernel
+    assert jobs == 3 and launch_args is named
+    assert configs == tiny_kernels.GOOD
     sess.options.autotune_compile_jobs = 1
     miss.compile_ahead(tiny_kernels.GOOD)
     assert len(calls) == 1

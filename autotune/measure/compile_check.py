@@ -116,16 +116,6 @@ def triton_type(value):
     raise CompileCheckError(f"no Triton type for {type(value).__name__}")
 
 
-def call_signature(fn, named):
-    """{arg: type or constexpr value} from the arguments of one launch
-    (tuned constexprs come from each config)."""
-    consts = set(keys.constexpr_names(fn))
-    out = {}
-    for name, value in named.items():
-        out[name] = value if name in consts else triton_type(value)
-    return out
-
-
 def launch_signature(fn, named):
     """{arg: type or value} that compiles what a launch with these
     arguments compiles: Triton's launcher specialisation of them -- an
@@ -149,19 +139,6 @@ def launch_signature(fn, named):
         else:
             out[name] = triton_type(value)
     return out
-
-
-def compile_ahead(module_name, kernel_attr, signature, configs, target,
-                  jobs):
-    """Compiles `configs` of a module-level kernel for `target` in `jobs`
-    spawned processes, into Triton's on-disk cache (TRITON_CACHE_DIR, the
-    children inherit it): the tuning process's own compile of each config
-    is then a cache hit. Returns the Results as dicts, in config order."""
-    tasks = [(module_name, None, kernel_attr,
-              {k: v for k, v in signature.items() if k not in c.kwargs},
-              _config_dict(c), dataclasses.astuple(target))
-             for c in configs]
-    return run_tasks(tasks, jobs)
 
 
 def describe(signature):
@@ -201,9 +178,13 @@ def resource_usage(cubin):
 
 def _jit_function(fn):
     from triton.runtime.jit import JITFunction
-    if isinstance(fn, JITFunction):
-        return fn
-    kernel = getattr(fn, "kernel", fn)  # an autotune.Autotuner
+    kernel = fn
+    if not isinstance(kernel, JITFunction) and \
+            getattr(kernel, "kernel", None) is not None:
+        kernel = kernel.kernel  # an autotune.Autotuner
+    while not isinstance(kernel, JITFunction) and \
+            hasattr(kernel, "fn") and not inspect.isfunction(kernel.fn):
+        kernel = kernel.fn  # triton.heuristics around the JITFunction
     if isinstance(kernel, JITFunction):
         return kernel
     raise CompileCheckError(
@@ -213,7 +194,7 @@ def _jit_function(fn):
 
 
 def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
-                num_ctas, target):
+                num_ctas, target, maxnreg=None):
     """Compiles one config for `target`; returns a Result."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -242,6 +223,12 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
             # pointers and integers that are.
             types[name] = value[:-3]
             attrs[(index,)] = [["tt.divisibility", 16]]
+        elif name not in consts and isinstance(value, str) and \
+                re.fullmatch(r"\*.+|[iu]\d+", value) and value != "i1":
+            # A pointer or integer not divisible by 16: the launcher still
+            # gives it an (empty) attribute entry, part of the source hash.
+            types[name] = value
+            attrs[(index,)] = []
         elif name not in consts and name in full and value is None:
             types[name] = "constexpr"  # None arguments are constants
             constexprs[name] = None
@@ -260,7 +247,8 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
             raise CompileCheckError(f"{fn.__name__}: no type for argument "
                                     f"{name}")
     config_text = " ".join(f"{k}={v}" for k, v in config_kwargs.items()) + \
-        f" warps={num_warps} stages={num_stages}"
+        f" warps={num_warps} stages={num_stages}" + \
+        (f" maxnreg={maxnreg}" if maxnreg is not None else "")
     result = Result(target.name, fn.__name__, describe(signature),
                     config_text, ok=True)
     start = time.perf_counter()
@@ -268,6 +256,8 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
         options = {"num_warps": num_warps, "num_stages": num_stages}
         if num_ctas != 1:
             options["num_ctas"] = num_ctas
+        if maxnreg is not None:
+            options["maxnreg"] = maxnreg
         compiled = triton.compile(
             ASTSource(jit, types, constexprs=constexprs, attrs=attrs),
             target=GPUTarget("cuda", target.capability, 32), options=options)
@@ -325,7 +315,7 @@ def _compile_task(task):
     kernel = load_kernel(module_name, kernel_name, file_name)
     r = compile_one(kernel, signature, config["kwargs"], config["num_warps"],
                     config["num_stages"], config.get("num_ctas", 1),
-                    Target(*target))
+                    Target(*target), maxnreg=config.get("maxnreg"))
     return dataclasses.asdict(r)
 
 
@@ -350,6 +340,12 @@ def run_tasks(tasks, jobs):
     Results in task order."""
     if jobs <= 1 or len(tasks) <= 1:
         return [_compile_task(t) for t in tasks]
+    return _run_in_pool(_compile_task, tasks, jobs)
+
+
+def _run_in_pool(function, tasks, jobs):
+    """function over tasks in min(jobs, len(tasks)) spawned processes
+    that start with TRITON_INTERPRET=0."""
     import multiprocessing
     ctx = multiprocessing.get_context("spawn")
     env_before = os.environ.get("TRITON_INTERPRET")
@@ -357,7 +353,7 @@ def run_tasks(tasks, jobs):
     try:
         with concurrent.futures.ProcessPoolExecutor(
                 max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-            return list(pool.map(_compile_task, tasks))
+            return list(pool.map(function, tasks))
     finally:
         if env_before is None:
             os.environ.pop("TRITON_INTERPRET", None)
@@ -365,11 +361,250 @@ def run_tasks(tasks, jobs):
             os.environ["TRITON_INTERPRET"] = env_before
 
 
+# -- compiling ahead of a launch ------------------------------------------------
+#
+# --autotune_compile_jobs: a miss's candidates are compiled in spawned
+# processes into Triton's on-disk cache before they are timed one by one,
+# so each first launch loads a binary. That only pays if the launch then
+# finds the binary, so the compile requests are not rebuilt from a
+# signature: each config's launch runs through the kernel's own launch path
+# (triton.heuristics, Triton's binder and its specialisation of every
+# argument) as a warmup whose compile step is captured instead of run. The
+# captured (signature, constexprs, attrs, options, target) is what the
+# JIT would hand triton.compile, on every Triton version that has this
+# path: the workers hand it over unchanged, so the cache key is the
+# launch's own.
+
+# Fewer configs to compile than this are compiled by the launches instead:
+# a pool costs 2-4 s of process start-up (each worker imports torch and
+# Triton) before its first compile, about what one to two serial compiles
+# of a Hopper-sized matmul tile cost. With n configs of c seconds each and
+# j jobs the pool costs start + ceil(n/j)*c against n*c serially: at c =
+# 2 s, start = 3 s and j >= 2 it breaks even near n = 3 and wins from 4.
+MIN_CONFIGS_FOR_POOL = 4
+
+
+@dataclasses.dataclass
+class LaunchCompile:
+    """What launching `config` would hand Triton's compiler."""
+    config: object
+    signature: dict
+    constexprs: dict
+    attrs: dict
+    options: dict
+    target: tuple          # GPUTarget's (backend, arch, warp_size)
+    on_disk: bool = False  # the on-disk cache holds the binary already
+
+
+@dataclasses.dataclass
+class AheadPlan:
+    """The candidates of one miss, sorted by what their launch would do:
+    load the JIT's binary (held), load one from disk, or compile."""
+    held: list
+    on_disk: list
+    to_compile: list
+    failed: list           # (config, reason): the warmup itself raised
+
+    def skip_reason(self, jobs):
+        """Why a pool would not repay its start-up; None: run one."""
+        n = len(self.to_compile)
+        if n == 0:
+            return ("every candidate is compiled already ("
+                    f"{len(self.held)} held by the JIT, {len(self.on_disk)} "
+                    "in Triton's on-disk cache)")
+        if jobs <= 1:
+            return "one compile job"
+        if n < MIN_CONFIGS_FOR_POOL:
+            return (f"{n} config(s) to compile, fewer than the "
+                    f"{MIN_CONFIGS_FOR_POOL} that repay a pool's start-up")
+        return None
+
+
+def _encode_constexpr(value):
+    """A constexpr value a spawned process can rebuild: a JIT function (an
+    activation passed as a constexpr, say) by module and qualified name."""
+    from triton.runtime.jit import JITFunction
+    if isinstance(value, JITFunction):
+        return ("__jit_function__", value.fn.__module__,
+                value.fn.__qualname__)
+    if isinstance(value, tuple):
+        return tuple(_encode_constexpr(v) for v in value)
+    return value
+
+
+def _decode_constexpr(value):
+    if isinstance(value, tuple) and len(value) == 3 and \
+            value[0] == "__jit_function__":
+        obj = importlib.import_module(value[1])
+        for part in value[2].split("."):
+            obj = getattr(obj, part)
+        return obj
+    if isinstance(value, tuple):
+        return tuple(_decode_constexpr(v) for v in value)
+    return value
+
+
+def _on_disk(jit, request):
+    """Whether Triton's on-disk cache holds this compile already (the
+    lookup triton.compile starts with); False when it cannot tell."""
+    try:
+        import hashlib
+
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        from triton.compiler.compiler import make_backend
+        from triton.runtime.cache import get_cache_key, get_cache_manager
+        src = ASTSource(jit, request.signature, request.constexprs,
+                        request.attrs)
+        backend = make_backend(GPUTarget(*request.target))
+        options = backend.parse_options(dict(request.options,
+                                             **src.parse_options()))
+        key = get_cache_key(src, backend, options,
+                            env_vars=get_cache_invalidating_env_vars())
+        manager = get_cache_manager(
+            hashlib.sha256(key.encode("utf-8")).hexdigest())
+        name = f"{src.name[:150]}.json"
+        return (manager.get_group(name) or {}).get(name) is not None
+    except Exception:  # another Triton's internals: compile it
+        return False
+
+
+def plan_compile_ahead(kernel, named, configs):
+    """An AheadPlan for launching `kernel` (a JITFunction, or
+    triton.heuristics around one) with the arguments `named` (by name) and
+    each config's meta-parameters and launch options. Runs in the tuning
+    process, whose active driver (the GPU's) names the target."""
+    import threading
+    jit = _jit_function(kernel)
+    captured = []
+    planner = threading.get_ident()
+    patched_before = vars(jit).get("_do_compile")
+    own_compile = patched_before or type(jit)._do_compile.__get__(jit)
+
+    def capture(key, signature, device, constexprs, options, attrs,
+                warmup):
+        if threading.get_ident() != planner:
+            # Another thread launching this kernel meanwhile compiles as
+            # always.
+            return own_compile(key, signature, device, constexprs, options,
+                               attrs, warmup)
+        target = jit.device_caches[device][2]
+        captured.append(LaunchCompile(
+            None, dict(signature), dict(constexprs), dict(attrs),
+            dict(options.__dict__),
+            (target.backend, target.arch, target.warp_size)))
+        return None  # nothing compiled, nothing launched
+    plan = AheadPlan([], [], [], [])
+    jit._do_compile = capture
+    try:
+        for config in dict.fromkeys(configs):
+            captured.clear()
+            try:
+                kernel.run(grid=(1,), warmup=True,
+                           **{**named, **config.all_kwargs()})
+            except Exception as e:  # the launch will say it again
+                plan.failed.append((config, f"{type(e).__name__}: {e}"))
+                continue
+            if not captured:
+                plan.held.append(config)
+                continue
+            request = captured[-1]
+            request.config = config
+            request.on_disk = _on_disk(jit, request)
+            (plan.on_disk if request.on_disk else
+             plan.to_compile).append(request)
+    finally:
+        if patched_before is None:
+            del jit._do_compile
+        else:
+            jit._do_compile = patched_before
+    return plan
+
+
+def _compile_launch_task(task):
+    """In a worker process: compiles one captured launch, as the JIT's
+    own compile step does, into Triton's on-disk cache; Result as a dict
+    (resources checked against the target's limits)."""
+    os.environ["TRITON_INTERPRET"] = "0"
+    _quiet_fp_fusion_notice()
+    (module_name, file_name, kernel_name, config_text, signature, constexprs,
+     attrs, options, target) = task
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler import compile as triton_compile
+    jit = _jit_function(load_kernel(module_name, kernel_name, file_name))
+    constexprs = {k: _decode_constexpr(v) for k, v in constexprs.items()}
+    arch = target[1]
+    check_target = Target(f"sm_{arch}", arch) if isinstance(arch, int) \
+        else Target(str(arch), 0)
+    result = Result(check_target.name, jit.fn.__name__, "", config_text,
+                    ok=True)
+    start = time.perf_counter()
+    try:
+        compiled = triton_compile(ASTSource(jit, signature, constexprs, attrs),
+                                  target=GPUTarget(*target), options=options)
+    except Exception as e:  # the launch meets the same error, and says so
+        from autotune.measure import backends
+        result.ok = False
+        result.failure = backends.classify_failure(e)
+        if result.failure == "RUNTIME_ERROR":
+            result.failure = "COMPILE_ERROR"
+        lines = [ln.strip() for ln in str(e).strip().splitlines()
+                 if ln.strip()]
+        result.reason = (f"{type(e).__name__}: "
+                         + (lines[-1] if lines else ""))[:200]
+        result.seconds = round(time.perf_counter() - start, 3)
+        return dataclasses.asdict(result)
+    result.shared = int(getattr(compiled.metadata, "shared", 0) or 0)
+    result.registers, result.stack = resource_usage(
+        compiled.asm.get("cubin", b""))
+    result.seconds = round(time.perf_counter() - start, 3)
+    return dataclasses.asdict(apply_limits(result, check_target,
+                                           options.get("num_warps", 4)))
+
+
+def compile_planned(where, plan, jobs):
+    """Compiles the plan's to_compile requests in `jobs` spawned processes
+    (in this one when jobs is 1) into Triton's on-disk cache; where:
+    (module, attribute) under which the workers import the kernel.
+    Results as dicts, in plan order."""
+    module_name, kernel_attr = where
+    tasks = [(module_name, None, kernel_attr,
+              request.config.short() if hasattr(request.config, "short")
+              else str(request.config),
+              request.signature,
+              {k: _encode_constexpr(v) for k, v in request.constexprs.items()},
+              request.attrs, request.options, request.target)
+             for request in plan.to_compile]
+    if jobs <= 1 or len(tasks) <= 1:
+        return [_compile_launch_task(t) for t in tasks]
+    return _run_in_pool(_compile_launch_task, tasks, jobs)
+
+
+def compile_ahead_of_launch(where, kernel, named, configs, jobs):
+    """--autotune_compile_jobs for one miss: what the launches of
+    `configs` would compile, compiled in up to `jobs` spawned processes
+    first. Returns the Results (dicts) of what the pool compiled, or None
+    when no pool ran: every candidate compiled already, or too few left to
+    repay a pool's start-up (the reason is logged)."""
+    from autotune import log as logs
+    log = logs.get("tuning")
+    plan = plan_compile_ahead(kernel, named, configs)
+    reason = plan.skip_reason(jobs)
+    name = getattr(_jit_function(kernel).fn, "__name__", "kernel")
+    if reason is not None:
+        log.info(f"autotune: {name}: no compile-ahead pool: {reason}")
+        return None
+    return compile_planned(where, plan, min(jobs, len(plan.to_compile)))
+
+
 # -- the tuning hook -----------------------------------------------------------
 
 def _config_dict(config):
     return {"kwargs": dict(config.kwargs), "num_warps": config.num_warps,
-            "num_stages": config.num_stages, "num_ctas": config.num_ctas}
+            "num_stages": config.num_stages, "num_ctas": config.num_ctas,
+            "maxnreg": getattr(config, "maxnreg", None)}
 
 
 class Checker:

@@ -244,18 +244,19 @@ class Tuning:
                                       major * 10 + minor)
         start = time.perf_counter()
         try:
-            signature = compile_check.launch_signature(
-                unwrap.python_function(self.launch.kernel), self.launch.named)
-            results = compile_check.compile_ahead(
-                where[0], where[1], signature, configs, target,
-                min(jobs, len(configs)))
+            # The launch's own compile requests, compiled in a pool (none
+            # when the JIT or the disk cache holds them, or too few remain).
+            results = compile_check.compile_ahead_of_launch(
+                where, self.launch.kernel.fn, self.launch.named, configs, jobs)
         except Exception as e:  # the measurement compiles what is missing
             detail = f"{type(e).__name__}: {e}".splitlines()[0][:200]
             log.warning(f"autotune: {name}: compiling ahead failed "
                         f"({detail}); candidates compile as they first run")
             return
+        if results is None:
+            return  # no pool needed (the reason is logged)
         failed = sum(not r["ok"] for r in results)
-        log.info(f"autotune: {name}: {len(configs)} configs compiled "
+        log.info(f"autotune: {name}: {len(results)} configs compiled "
                  f"ahead in {time.perf_counter() - start:.1f} s with {jobs} "
                  f"jobs ({failed} did not compile or exceed {target.name})")
 
