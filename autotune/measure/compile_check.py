@@ -30,8 +30,8 @@ import sys
 import tempfile
 import time
 
-from autotune import keys
-from autotune.errors import CompileCheckError
+from autotune import keys, unwrap
+from autotune.errors import AutotuneError, CompileCheckError
 
 # Per compute capability: dynamic shared memory per block (the opt-in
 # maximum, which Triton requests), registers per block, threads per block.
@@ -178,13 +178,10 @@ def resource_usage(cubin):
 
 def _jit_function(fn):
     from triton.runtime.jit import JITFunction
-    kernel = fn
-    if not isinstance(kernel, JITFunction) and \
-            getattr(kernel, "kernel", None) is not None:
-        kernel = kernel.kernel  # an autotune.Autotuner
-    while not isinstance(kernel, JITFunction) and \
-            hasattr(kernel, "fn") and not inspect.isfunction(kernel.fn):
-        kernel = kernel.fn  # triton.heuristics around the JITFunction
+    try:
+        kernel = unwrap.jit_function(fn)  # through autotuners, heuristics
+    except AutotuneError:
+        kernel = fn
     if isinstance(kernel, JITFunction):
         return kernel
     raise CompileCheckError(
@@ -619,7 +616,7 @@ class Checker:
         from autotune import keys
         self.targets = parse_targets(targets) if isinstance(targets, str) \
             else list(targets)
-        fn = keys.python_function(kernel)
+        fn = unwrap.python_function(kernel)
         self.module = fn.__module__
         self.file = fn.__code__.co_filename
         self.kernel_name = fn.__name__
@@ -690,7 +687,7 @@ def module_tasks(module_name, targets, cache_entries=None):
     tasks = []
     for attr, signatures in sorted(declared.items()):
         tuned = getattr(module, attr)
-        fn = tuned.kernel.fn if hasattr(tuned, "kernel") else tuned.fn
+        fn = unwrap.python_function(tuned)
         if cache_entries is None:
             work = [(sig, c) for sig in signatures for c in tuned.configs]
         else:
