@@ -211,3 +211,55 @@ def test_unknown_flag_suggests_the_closest_name():
     with pytest.raises(flags.AutotuneFlagsError) as e:
         flags.parse("--zzz")
     assert "did you mean" not in str(e.value)
+
+
+# -- configure(): the flag parser's checks, one line naming the option -------
+
+@pytest.mark.parametrize("name,value,expected", [
+    ("autotune_max_cache_bytes", "16", "expected a whole number"),
+    ("autotune_max_cache_bytes", 0, "expected a whole number >= 1"),
+    ("autotune_max_cache_bytes", 2.5, "expected a whole number"),
+    ("autotune_remote_cache_timeout_s", 0.0, "expected a number >= 0.001"),
+    ("autotune_remote_cache_timeout_s", "1", "expected a finite number"),
+    ("autotune_distributed_timeout_s", -1, "expected a number >= 0.001"),
+    ("autotune_remote_cache_expiry_s", -5, "expected a whole number >= 0"),
+    ("autotune_workers", 0, "expected a whole number >= 1"),
+    ("autotune_compile_jobs", True, "expected a whole number"),
+    ("autotune_verbosity", "loud", "expected one of quiet, normal, "
+                                   "verbose"),
+    ("autotune_expected_gpu", 90, "expected a string"),
+])
+def test_configure_checks_values_as_the_flag_parser_does(
+        session_factory, name, value, expected):
+    # The flag parser refuses the same value given as text (where text
+    # can be wrong: a string flag takes any).
+    if not isinstance(value, (str, bool)) and name != "autotune_expected_gpu":
+        with pytest.raises(AutotuneFlagsError, match=name):
+            flags.parse(f"--{name}={value}")
+    with pytest.raises(AutotuneFlagsError) as e:
+        session_factory(**{name: value})
+    assert str(e.value) == f"{name}={value!r}: {expected}"
+
+
+def test_in_range_values_pass_both_ways(session_factory):
+    assert flags.parse("--autotune_max_cache_bytes=16").\
+        autotune_max_cache_bytes == 16
+    sess = session_factory(autotune_max_cache_bytes=16,
+                           autotune_remote_cache_timeout_s=2,
+                           autotune_remote_cache_expiry_s=0)
+    assert sess.options.autotune_max_cache_bytes == 16
+
+
+def test_help_in_the_environment_prints_the_flags_and_exits_0():
+    import subprocess
+    import sys
+    env = dict(os.environ, AUTOTUNE_FLAGS="--autotune_workers=2 --help")
+    result = subprocess.run(
+        [sys.executable, "-c", "import autotune; print('went on')"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("AUTOTUNE_FLAGS flags (also "
+                                    "autotune.configure() keywords):")
+    assert "  --autotune_max_cache_bytes (integer" in result.stdout
+    assert "went on" not in result.stdout
+    assert "Traceback" not in result.stderr
