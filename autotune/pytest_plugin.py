@@ -660,6 +660,13 @@ class AutotunePlugin:
                 yellow=True)
         for error in r.get("errors", []):
             tr.write_line(f"autotune: error: {error}", red=True)
+        # A fusion whose stored candidates do not decode: named, and left
+        # out of the report; the tests ran with its config all the same.
+        for fusion in r.get("fusions", []):
+            if fusion.get("error"):
+                tr.write_line(f"autotune: bad entry: {fusion['error']} "
+                              "(its candidates are left out of the "
+                              "report)", red=True)
         for c in r.get("conflicts", []):
             tr.write_line(
                 f"autotune: conflict: {c['kernel']} [{c['signature']}] on "

@@ -690,3 +690,24 @@ def test_a_cache_given_with_override_ini_turns_the_plugin_on(bare):
     assert result.returncode == 4, result.output
     assert "other.textproto does not exist; run `pytest --autotune-update`" \
         in _error_line(result)
+
+
+def test_a_malformed_candidate_is_one_line_and_the_run_stands(project):
+    """A candidate whose config does not decode: the tests pass with the
+    fusion's config (the best config decodes), and the summary names the
+    file and the entry in one line, without changing the exit status."""
+    cache = project.path / CACHE
+    text = cache.read_text()
+    first = text.index('candidates { config { params: "BLOCK=16"')
+    cache.write_text(text[:first] + text[first:].replace(
+        'params: "BLOCK=16"', 'params: "BLOCK"', 1))
+    result = run_pytest(project, *PLUGIN)
+    assert result.returncode == 0, result.output
+    assert outcomes(result) == {"passed": 4}, result.output
+    assert "Traceback" not in result.output
+    lines = [l for l in result.output.splitlines() if "bad entry" in l]
+    assert len(lines) == 1, result.output
+    assert re.match(
+        r"autotune: bad entry: \S*testdata/kernels\.textproto: entry "
+        r"add_one_kernel \[n=20;dtypes=x:float32,y:float32\] on \S+: "
+        r"candidate: malformed config params 'BLOCK'", lines[0]), lines[0]

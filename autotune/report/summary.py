@@ -10,6 +10,9 @@ the incumbent or as a smaller config the fastest could not beat head to
 head by the rule's margin; the stored times are those the selection saw
 (duelled candidates carry the median of all their timings).
 """
+import re
+
+from autotune.errors import CacheFileError
 from autotune.records import DEFAULT_RULE
 
 REASONS = ("fastest", "incumbent", "smaller", "only", "not_measured")
@@ -91,8 +94,17 @@ def fusion_record(key, entry=None, **extra):
     if entry is None:
         record.update(best=None, candidates=[])
         return record
-    kind, text = winner_reason(entry)
-    prov = entry.provenance
+    try:
+        # Candidates and provenance are decoded here, on first use: a
+        # malformed one is reported on the record, for the run's summary to
+        # name, instead of failing a run whose kernels all worked.
+        kind, text = winner_reason(entry)
+        prov = entry.provenance
+        rows = candidate_rows(entry)
+    except CacheFileError as e:
+        record.update(best=entry.best.short(), run_time_us=entry.run_time_us,
+                      candidates=[], error=entry_error(key, e))
+        return record
     record.update(
         best=entry.best.short(), run_time_us=entry.run_time_us,
         timing_spread=prov.timing_spread or None,
@@ -100,8 +112,20 @@ def fusion_record(key, entry=None, **extra):
         tuning_seconds=prov.tuning_seconds or None,
         timestamp=prov.timestamp or None,
         reason=kind, reason_text=text,
-        candidates=candidate_rows(entry))
+        candidates=rows)
     return record
+
+
+# The codec names the entry by the fields of the message it decodes; a
+# lazily decoded part holds no key fields, so the name is blank there.
+_CODEC_ENTRY_PREFIX = re.compile(r"^entry for kernel [^\[]*\[[^\]]*\]: ")
+
+
+def entry_error(key, error):
+    """One line naming the file and the entry a CacheFileError is about."""
+    reason = _CODEC_ENTRY_PREFIX.sub("", str(error.reason))
+    return (f"{error.path}: entry {key.kernel} [{key.signature}] on "
+            f"{key.device}: {reason}")
 
 
 def fusion_records(entries, kernel=None):
