@@ -383,3 +383,100 @@ def test_regenerate_prints_one_page_for_the_run(tmp_path, capsys,
     assert "testdata/a.textproto, testdata/b.textproto" in text
     assert "1 winner(s) changed, 1 added, 0 removed" in text
     assert text.count('<figure class="fusion-chart"') == 3
+
+
+# -- bad input: the page's own output, labels, a per-fusion directory --------
+
+@pytest.mark.parametrize("output", ["input", "base", "link to input",
+                                    "link to base"])
+def test_report_refuses_an_output_that_is_an_input(tmp_path, capsys,
+                                                   output):
+    new, base = tmp_path / "new.textproto", tmp_path / "base.textproto"
+    codec.dump_results([entry({16: 10.0, 32: 20.0}, 16, "n=1")], new)
+    codec.dump_results([entry({16: 10.0, 32: 20.0}, 32, "n=1")], base)
+    before = {p: p.read_bytes() for p in (new, base)}
+    target = {"input": new, "base": base}.get(output)
+    if target is None:
+        target = tmp_path / "page.html"
+        target.symlink_to(new if output == "link to input" else base)
+    assert tool("report", new, "--base", base, "-o", target) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is also an input" in err, err
+    assert {p: p.read_bytes() for p in (new, base)} == before
+
+
+def dollar_entries():
+    """Configs whose string value holds `$`, which matplotlib's mathtext
+    cannot parse (verify accepts them: any string is a config value)."""
+    def make(signature, winner):
+        cands = [Candidate(Config({"MODE": "${$"}), 10.0),
+                 Candidate(Config({"MODE": "$x$"}), 12.0),
+                 Candidate(Config({"MODE": "a$b"}), 0.0, "TIMEOUT", "$")]
+        return Entry(CacheKey(DEVICE, "k", "f" * 16, signature),
+                     Config({"MODE": winner}), 10.0 if winner == "${$"
+                     else 12.0, cands,
+                     Provenance("3.9.0", "2.13.0", "12.8",
+                                "2026-11-29T10:00:00Z", 0.02, "exhaustive",
+                                1.5))
+    return [make("n=1", "${$"), make("n=2", "$x$")]
+
+
+def test_report_draws_dollar_signs_as_plain_text(tmp_path, capsys):
+    path = tmp_path / "dollars.textproto"
+    codec.dump_results(dollar_entries(), path)
+    assert tool("verify", path) == 0
+    out = tmp_path / "r.html"
+    assert tool("report", path, "-o", out) == 0, capsys.readouterr().err
+    text = out.read_text()
+    assert text.count("<svg") == 2
+    # The labels are the configs' own text, not mathtext.
+    svg = text.split("<svg", 1)[1]
+    assert "MODE=${$ num_warps=4" in svg and "MODE=$x$ num_warps=4" in svg
+
+
+def test_dump_target_page_draws_dollar_signs_as_plain_text(
+        session_factory, tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_UNDECLARED_OUTPUTS_DIR", str(tmp_path))
+    sess = session_factory(
+        dump_autotune_results_to=str(tmp_path / "autotune_cache.textproto"),
+        autotune_verbosity="quiet")
+    for e in dollar_entries():
+        sess.cache.memory[e.key] = e
+    sess.finish()
+    text = (tmp_path / "autotune_report.html").read_text()
+    assert text.count("<svg") == 2 and "MODE=${$ num_warps=4" in text
+
+
+def test_regenerate_page_draws_dollar_signs_as_plain_text(tmp_path, capsys,
+                                                          monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import regenerate
+    monkeypatch.setattr(regenerate.tempfile, "tempdir", str(tmp_path))
+    path = regenerate.write_report_page(
+        [("testdata/d.textproto", [], dollar_entries())])
+    assert path is not None, capsys.readouterr()
+    text = open(path).read()
+    assert text.count("<svg") == 2 and "MODE=${$ num_warps=4" in text
+
+
+def test_show_skips_and_counts_dangling_corrupt_links(tmp_path, capsys):
+    from autotune import keys
+    from autotune.cache.tiers import PerFusionDirectory
+    directory = tmp_path / "cache"
+    bad = entry({16: 10.0, 32: 20.0}, 16, "n=2")
+    assert tool("convert", FUSED, str(directory) + "/") == 0
+    # A link to a file that is gone: the runtime moves the link aside as
+    # NAME.corrupt-*, where it names nothing.
+    (directory / keys.file_name(bad.key)).symlink_to(tmp_path / "gone")
+    assert PerFusionDirectory(str(directory), "update").lookup(bad.key) \
+        is None
+    aside = [p for p in directory.iterdir() if ".corrupt-" in p.name]
+    assert len(aside) == 1 and aside[0].is_symlink() and \
+        not aside[0].exists()
+    capsys.readouterr()
+    assert tool("show", directory) == 0
+    out = capsys.readouterr().out
+    assert f"{directory}: 6 entries" in out
+    assert "skipped 1 dangling link(s)" in out
+    assert tool("show", "--json", directory) == 0
+    assert json.loads(capsys.readouterr().out)["dangling_links"] == 1

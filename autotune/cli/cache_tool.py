@@ -109,6 +109,9 @@ def cmd_show(args):
         print(f"{info['path']}: {info['entries']} entries, "
               f"{info['bytes']} bytes; oldest {info['oldest']}, newest "
               f"{info['newest']}")
+        if info.get("dangling_links"):
+            print(f"  skipped {info['dangling_links']} dangling link(s) "
+                  "(entries moved aside as .corrupt-*, naming nothing)")
         for title, key in (("device", "by_device"), ("kernel", "by_kernel"),
                            ("triton", "by_triton_version")):
             for name, count in info[key].items():

@@ -23,10 +23,32 @@ def read_all(path):
     return entries
 
 
+def _same_file(a, b):
+    """Whether two paths name one file once links are resolved (a hard
+    link too, when both exist)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(output, inputs):
+    """The page must never replace a cache it reads."""
+    for source in inputs:
+        if source != "-" and _same_file(output, source):
+            raise ToolError(f"report: -o {output}: is also an input "
+                            f"({source}); inputs are never modified "
+                            "(write the page elsewhere)")
+
+
 def cmd_report(args):
     page.require_matplotlib()  # before reading gigabytes of caches
     if args.output == "-":
         raise ToolError("report: -o needs a file name")
+    check_output(args.output, list(args.paths) +
+                 ([args.base] if args.base else []))
     directory = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(directory):
         raise ToolError(f"report: -o {args.output}: directory {directory} "

@@ -107,6 +107,34 @@ def chart_svg(record, matplotlib_module=None, salt="fusion"):
     with their failure kind."""
     if matplotlib_module is None:
         matplotlib_module = require_matplotlib()
+    # Text as SVG text, not glyph outlines (several times smaller), and no
+    # timestamp or random ids, so the same cache gives the same page.
+    # The salt makes the SVG's element ids unique on the page (several
+    # charts share one HTML document) and the same on every build. Labels
+    # are plain text: a config's string value may hold `$`, which
+    # matplotlib would otherwise read as mathtext (and fail on). Text
+    # objects read text.parse_math when they are made, so the settings
+    # hold while the chart is built, not only while it is saved.
+    with matplotlib_module.rc_context({"svg.fonttype": "none",
+                                       "svg.hashsalt": salt,
+                                       "text.parse_math": False,
+                                       "text.usetex": False,
+                                       "font.family": "sans-serif",
+                                       "font.sans-serif": ["DejaVu Sans"]}):
+        text = _draw_chart(record)
+    # Inline in HTML: no XML prolog, DOCTYPE or metadata block, and the
+    # pretty-printing whitespace collapsed (a third of the bytes).
+    text = text[text.index("<svg"):]
+    text = _METADATA.sub("", text)
+    # matplotlib names its groups figure_1, axes_1, ... in every chart:
+    # nothing refers to them, and repeated they would be duplicate ids.
+    text = _GROUP_ID.sub("<g", text)
+    return _INDENT.sub("\n", text)
+
+
+def _draw_chart(record):
+    """The SVG text of one chart (see chart_svg), drawn under the
+    caller's matplotlib settings."""
     from matplotlib.figure import Figure
     rows = record["candidates"]
     height = 0.7 + 0.2 * max(len(rows), 1)
@@ -150,24 +178,8 @@ def chart_svg(record, matplotlib_module=None, salt="fusion"):
     ax.tick_params(axis="x", labelsize=7)
     ax.set_xlim(0, top * 1.08)
     out = io.StringIO()
-    # Text as SVG text, not glyph outlines (several times smaller), and no
-    # timestamp or random ids, so the same cache gives the same page.
-    # The salt makes the SVG's element ids unique on the page (several
-    # charts share one HTML document) and the same on every build.
-    with matplotlib_module.rc_context({"svg.fonttype": "none",
-                                       "svg.hashsalt": salt,
-                                       "font.family": "sans-serif",
-                                       "font.sans-serif": ["DejaVu Sans"]}):
-        fig.savefig(out, format="svg", metadata={"Date": None})
-    text = out.getvalue()
-    # Inline in HTML: no XML prolog, DOCTYPE or metadata block, and the
-    # pretty-printing whitespace collapsed (a third of the bytes).
-    text = text[text.index("<svg"):]
-    text = _METADATA.sub("", text)
-    # matplotlib names its groups figure_1, axes_1, ... in every chart:
-    # nothing refers to them, and repeated they would be duplicate ids.
-    text = _GROUP_ID.sub("<g", text)
-    return _INDENT.sub("\n", text)
+    fig.savefig(out, format="svg", metadata={"Date": None})
+    return out.getvalue()
 
 
 def _candidate_table(record):
