@@ -61,7 +61,10 @@ class Transcript:
 
     def run(self, cwd, argv, ws):
         start = time.perf_counter()
-        result = subprocess.run(argv, cwd=cwd, text=True, capture_output=True)
+        # The tests get this run's private lock directory (shown as typed).
+        ran = [argv[0]] + suite.lock_dir_args(argv[1:]) \
+            if argv[0] == BAZEL else argv
+        result = subprocess.run(ran, cwd=cwd, text=True, capture_output=True)
         wall = time.perf_counter() - start
         where = os.path.relpath(cwd, ws)
         shown = " ".join("bazel" if a == BAZEL else "python3"
