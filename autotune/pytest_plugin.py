@@ -682,11 +682,15 @@ class AutotunePlugin:
                           f"{r['prune_refused']}")
         diff = getattr(self, "diff", None)
         if diff is not None:
-            added, removed, changed = diff.counts()
+            # By fusion, as regenerate says it: an edited kernel's fusions
+            # are re-tuned, and a changed winner is compared with the old
+            # one measured in this run when it was.
+            from autotune.report import summary
+            changes = summary.CacheChanges(list(diff.old.values()),
+                                           list(diff.new.values()))
             tr.write_line(f"autotune: {cache}: {r['entries']} entries; "
-                          f"{added} added, {removed} removed, {changed} "
-                          "changed")
-            for line in diff.lines(limit=20):
+                          f"{changes.headline()}")
+            for line in changes.lines(limit=20):
                 tr.write_line("  " + line)
         if not r.get("written"):
             why = r.get("not_written_because", "")

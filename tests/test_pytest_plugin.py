@@ -711,3 +711,35 @@ def test_a_malformed_candidate_is_one_line_and_the_run_stands(project):
         r"autotune: bad entry: \S*testdata/kernels\.textproto: entry "
         r"add_one_kernel \[n=20;dtypes=x:float32,y:float32\] on \S+: "
         r"candidate: malformed config params 'BLOCK'", lines[0]), lines[0]
+
+
+# One config of two gives the right result (BUG=1 adds 1): the winner is
+# the same at every tuning, whatever the timings.
+ONE_WINNER_KERNELS = KERNELS.replace(
+    'CONFIGS = [Config({"BLOCK": 16}, num_warps=1), Config({"BLOCK": 32})]',
+    'CONFIGS = [Config({"BLOCK": 32, "BUG": 0}), '
+    'Config({"BLOCK": 16, "BUG": 1}, num_warps=1)]').replace(
+    "BLOCK: tl.constexpr):", "BLOCK: tl.constexpr, BUG: tl.constexpr):"
+).replace("+ 1.0,", "+ 1.0 + BUG,").replace("* 2.0,", "* 2.0 + BUG,")
+
+
+def test_an_edited_kernel_that_keeps_its_winners_is_re_tuned(pytester):
+    """After an edit of add_one_kernel (its two fusions tuned again, one
+    config of two right, so the winners cannot change) the summary says
+    re-tuned,
+    not added and removed."""
+    assert ONE_WINNER_KERNELS.count("BUG") == 6
+    write_project(pytester.path, kernels=ONE_WINNER_KERNELS)
+    result = run_pytest(pytester, *PLUGIN, "--autotune-update")
+    assert "3 entries; 3 added, 0 removed, 0 changed" in result.output, \
+        result.output
+    write_project(pytester.path, kernels=ONE_WINNER_KERNELS.replace(
+        "+ 1.0 + BUG,", "+ 1.0 + BUG + 0.0,"))
+    result = run_pytest(pytester, *PLUGIN, "--autotune-update")
+    assert result.returncode == 0, result.output
+    assert (f"autotune: {CACHE}: 3 entries; 0 added, 0 removed, 0 changed; "
+            "2 re-tuned (kernel changed), winners unchanged") in \
+        result.output, result.output
+    assert re.search(r"^  = add_one_kernel \[n=20;.*\(re-tuned: kernel "
+                     r"changed, winner unchanged\)$", result.output, re.M), \
+        result.output

@@ -480,3 +480,110 @@ def test_show_skips_and_counts_dangling_corrupt_links(tmp_path, capsys):
     assert "skipped 1 dangling link(s)" in out
     assert tool("show", "--json", directory) == 0
     assert json.loads(capsys.readouterr().out)["dangling_links"] == 1
+
+
+# -- a changed winner, against the old one measured in the same run ----------
+
+def retuned_pair():
+    """The old winner BLOCK=32 stored 13.2 ms (another run); re-measured in
+    this run at 145.8 ms, it lost to BLOCK=16 at 96.6 ms: 34% faster in one
+    run, +632% against the stored time."""
+    old = entry({16: 20000.0, 32: 13200.0}, 32, "n=1")
+    new = entry({16: 96600.0, 32: 145800.0}, 16, "n=1")
+    return old, new
+
+
+def test_changed_winner_is_compared_within_one_run():
+    old, new = retuned_pair()
+    change = summary.winner_change(old, new)
+    assert change["same_run"] and round(change["pct"], 1) == -33.7
+    assert change["text"] == ("-33.7% in one run (stored 13.200 ms then; "
+                              "old 145.800 ms -> new 96.600 ms now)")
+
+
+def test_changed_winner_not_measured_again_is_labelled_across_runs():
+    old, _ = retuned_pair()
+    new = entry({16: 96600.0}, 16, "n=1")  # the old winner not a candidate
+    change = summary.winner_change(old, new)
+    assert not change["same_run"] and round(change["pct"], 1) == 631.8
+    assert change["text"].startswith("+631.8% across runs (old 13.200 ms "
+                                     "stored then -> new 96.600 ms now")
+
+
+def test_page_change_column_uses_the_same_run(tmp_path):
+    old, new = retuned_pair()
+    po, pn = tmp_path / "old.textproto", tmp_path / "new.textproto"
+    codec.dump_results([old], po)
+    codec.dump_results([new, entry({16: 5.0}, 16, "n=2")], pn)
+    codec.dump_results([old, entry({16: 3.0, 32: 2.0}, 32, "n=2")], po)
+    out = tmp_path / "r.html"
+    assert tool("report", pn, "--base", po, "-o", out) == 0
+    changed = out.read_text().split('<table id="changed">')[1].split(
+        "</table>")[0]
+    rows = changed.split("<tr>")[2:]
+    assert "n=1" in rows[0] and '<span class="faster">-33.7%</span>' in \
+        rows[0] and "631.8" not in rows[0]
+    assert "stored 13.200 ms then; old 145.800 ms -&gt; new 96.600 ms now" \
+        in rows[0]
+    # n=2: its old winner was not measured again: across runs, and said.
+    assert "n=2" in rows[1] and "+150.0%</span> <small>across runs" in \
+        rows[1]
+
+
+def regenerate_module():
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import regenerate
+    return regenerate
+
+
+def test_regenerate_summary_compares_within_one_run(tmp_path, capsys):
+    regenerate = regenerate_module()
+    old, new = retuned_pair()
+    workspace = tmp_path / "ws"
+    (workspace / "testdata").mkdir(parents=True)
+    codec.dump_results([old], workspace / "testdata" / "a.textproto")
+    regenerate.regenerate_cache("testdata/a.textproto",
+                                [("//p:a", [new], DEVICE)], str(workspace))
+    out = capsys.readouterr().out
+    assert "1 entries; 0 added, 0 removed, 1 changed" in out
+    assert ("~ k [n=1] on NVIDIA H200/sm_90/sms=132/triton-3.9.0: "
+            "BLOCK=32 num_warps=4 num_stages=3 -> BLOCK=16 num_warps=4 "
+            "num_stages=3 (-33.7% in one run (stored 13.200 ms then; old "
+            "145.800 ms -> new 96.600 ms now))") in out, out
+
+
+def test_regenerate_summary_says_re_tuned_for_an_edited_kernel(tmp_path,
+                                                               capsys):
+    regenerate = regenerate_module()
+    old = [entry({16: 10.0, 32: 20.0}, 16, f"n={n}") for n in (1, 2, 3)]
+    new = [e.replace(key=e.key._replace(fingerprint="e" * 16)) for e in old]
+    workspace = tmp_path / "ws"
+    (workspace / "testdata").mkdir(parents=True)
+    codec.dump_results(old, workspace / "testdata" / "a.textproto")
+    regenerate.regenerate_cache("testdata/a.textproto",
+                                [("//p:a", new, DEVICE)], str(workspace))
+    out = capsys.readouterr().out
+    assert ("testdata/a.textproto: 3 entries; 0 added, 0 removed, 0 "
+            "changed; 3 re-tuned (kernel changed), winners unchanged") in out
+    assert "+ k" not in out and "- k" not in out
+
+
+def test_fusions_sort_naturally_in_records_summary_and_page(tmp_path,
+                                                            capsys):
+    entries = [entry({16: 1.0}, 16, f"n_cols={n}") for n in
+               (100, 200, 300, 50)]
+    order = ["n_cols=50", "n_cols=100", "n_cols=200", "n_cols=300"]
+    assert [r["signature"] for r in summary.fusion_records(entries)] == \
+        order
+    changes = summary.CacheChanges([], entries)
+    assert [line.split("[")[1].split("]")[0] for line in changes.lines()] \
+        == order
+    path = tmp_path / "c.textproto"
+    codec.dump_results(entries, path)
+    assert tool("show", "--entries", path) == 0
+    shown = re.findall(r"\[(n_cols=\d+)\]", capsys.readouterr().out)
+    assert shown == order
+    out = tmp_path / "r.html"
+    assert tool("report", path, "-o", out) == 0
+    assert re.findall(r'data-signature="(n_cols=\d+)"', out.read_text()) == \
+        order

@@ -372,14 +372,17 @@ def regenerate_cache(cache, dumps, workspace):
     for line in merged.conflicts:
         print("regenerate: " + line)
     written = write_cache(merged.entries, path)
-    diff = cache_tool.Diff(old, merged.entries)
-    added, removed, changed = diff.counts()
+    # By fusion: an edited kernel's fusions are re-tuned, not added and
+    # removed; a changed winner is compared with the old one measured in
+    # this run when it was.
+    from autotune.report import summary
+    changes = summary.CacheChanges(old, merged.entries)
     sources = ", ".join(t for t, _, _ in dumps)
-    print(f"regenerate: {cache}: {len(merged.entries)} entries; {added} added,"
-          f" {removed} removed, {changed} changed"
+    print(f"regenerate: {cache}: {len(merged.entries)} entries; "
+          f"{changes.headline()}"
           + ("" if written else "; file unchanged")
           + (f" (from {sources})" if len(dumps) > 1 else ""))
-    for line in diff.lines(limit=20):
+    for line in changes.lines(limit=20):
         print("  " + line)
     if merged.removed:
         print(f"  ({len(merged.removed)} removed: no dump produced them on "

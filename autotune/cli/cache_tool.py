@@ -97,10 +97,12 @@ def cmd_show(args):
         entries = read_cache(path, parse_all=True)
         info = stats(entries, path)
         if args.entries:
+            from autotune.report.summary import entry_sort_key  # n=50, 100
             info["list"] = [{"device": e.key.device, "kernel": e.key.kernel,
                              "signature": e.key.signature,
                              "best": e.best.short(),
-                             "run_time_us": e.run_time_us} for e in entries]
+                             "run_time_us": e.run_time_us}
+                            for e in sorted(entries, key=entry_sort_key)]
         out.append(info)
     if args.json:
         print(json.dumps(out if len(out) > 1 else out[0], indent=2))

@@ -55,28 +55,22 @@ def require_matplotlib():
     return matplotlib
 
 
-def fusion_id(key):
-    return key.device, key.kernel, key.signature
+fusion_id = summary.fusion_of
 
 
-class Comparison:
+class Comparison(summary.CacheChanges):
     """A base cache against the new one, by fusion (device, kernel,
-    signature)."""
+    signature); `base` is the old side."""
 
     def __init__(self, base, new):
-        self.base = {fusion_id(e.key): e for e in base}
-        self.new = {fusion_id(e.key): e for e in new}
+        super().__init__(base, new)
+        self.base = self.old
         base_devices = {e.key.device for e in base}
         new_devices = {e.key.device for e in new}
         self.other_device = bool(base_devices and new_devices and
                                  not base_devices & new_devices)
         self.base_devices = sorted(base_devices)
         self.new_devices = sorted(new_devices)
-        both = self.base.keys() & self.new.keys()
-        self.changed = sorted(k for k in both
-                              if self.base[k].best != self.new[k].best)
-        self.added = sorted(self.new.keys() - self.base.keys())
-        self.removed = sorted(self.base.keys() - self.new.keys())
 
     def device_note(self):
         return (f"the base is for {', '.join(self.base_devices)}; these "
@@ -225,35 +219,44 @@ def _summary_table(records, anchors):
     return "".join(out)
 
 
-def _pct(old, new):
-    if not old or new is None:
+def _pct(change):
+    """The change column: the new winner against the old one measured in
+    the same run when it was, else against its stored time, marked as a
+    comparison across runs."""
+    pct = change["pct"]
+    if pct is None:
         return ""
-    pct = (new - old) / old * 100.0
     css = "faster" if pct < 0 else "slower"
-    return f'<span class="{css}">{pct:+.1f}%</span>'
+    across = "" if change["same_run"] else " <small>across runs</small>"
+    return f'<span class="{css}">{pct:+.1f}%</span>{across}'
 
 
 def _comparison_html(comparison):
     if comparison.other_device:
         return f'<p class="note">--base: {_esc(comparison.device_note())}</p>'
+    retuned = len(comparison.retuned)
     parts = [f"<h2>Against the base: {len(comparison.changed)} winner(s) "
              f"changed, {len(comparison.added)} added, "
-             f"{len(comparison.removed)} removed</h2>"]
+             f"{len(comparison.removed)} removed"
+             + (f", {retuned} re-tuned (kernel changed), winner(s) "
+                "unchanged" if retuned else "") + "</h2>"]
     if comparison.changed:
         parts.append('<table id="changed"><tr><th>kernel</th>'
-                     "<th>signature</th><th>old winner</th><th>old time</th>"
-                     "<th>new winner</th><th>new time</th><th>change</th>"
+                     "<th>signature</th><th>old winner</th><th>old time "
+                     "(stored)</th><th>new winner</th><th>new time</th>"
+                     "<th>change</th><th>compared</th>"
                      "<th>new winner: why</th></tr>")
         for fid in comparison.changed:
             old, new = comparison.base[fid], comparison.new[fid]
             _, text = summary.winner_reason(new)
+            change = comparison.change(fid)
             parts.append(
                 f"<tr><td>{_esc(fid[1])}</td><td><code>{_esc(fid[2])}"
                 f"</code></td><td><code>{_esc(old.best.short())}</code></td>"
                 f'<td class="num">{_us(old.run_time_us)}</td><td><code>'
                 f"{_esc(new.best.short())}</code></td><td class=\"num\">"
                 f"{_us(new.run_time_us)}</td><td class=\"num\">"
-                f"{_pct(old.run_time_us, new.run_time_us)}</td>"
+                f"{_pct(change)}</td><td>{_esc(change['text'])}</td>"
                 f"<td>{_esc(text)}</td></tr>")
         parts.append("</table>")
     for title, keys, side, css in (("Added", comparison.added,
