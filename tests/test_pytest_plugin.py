@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -743,3 +744,58 @@ def test_an_edited_kernel_that_keeps_its_winners_is_re_tuned(pytester):
     assert re.search(r"^  = add_one_kernel \[n=20;.*\(re-tuned: kernel "
                      r"changed, winner unchanged\)$", result.output, re.M), \
         result.output
+
+
+def _run_on_a_terminal(project, *args):
+    """pytest in a new process whose stdout and stderr are a terminal (a
+    pseudo-terminal); returns (exit status, what the terminal showed)."""
+    import pty
+    import select
+    main, side = pty.openpty()
+    env = _environment((ROOT,), project)
+    env.update(TERM="dumb", COLUMNS="200")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+         "--color=no", *PLUGIN, *args], cwd=project, env=env,
+        stdin=subprocess.DEVNULL, stdout=side, stderr=side)
+    os.close(side)
+    chunks = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 1.0)
+        if not ready:
+            if proc.poll() is not None:
+                break
+            continue
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # the other side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    code = proc.wait(timeout=60)
+    return code, b"".join(chunks).decode(errors="replace").replace("\r", "")
+
+
+def test_tuning_progress_shows_on_a_terminal_and_not_under_q(pytester):
+    """pytest captures the tests' stderr: the tuning lines reach a terminal
+    through pytest's own reporter (by default), and -q keeps them out."""
+    write_project(pytester.path)
+    code, shown = _run_on_a_terminal(pytester.path, "--autotune-update")
+    assert code == 0, shown
+    starts = re.findall(r"^autotune: tuning (\w+) \[n=(\d+);", shown, re.M)
+    ends = re.findall(r"^autotune: tuned (\w+) \[n=\d+;.*: winner BLOCK=",
+                      shown, re.M)
+    assert sorted(starts) == [("add_one_kernel", "20"),
+                              ("add_one_kernel", "40"),
+                              ("double_kernel", "20")], shown
+    assert len(ends) == 3, shown
+    # The progress line of the tests goes on after them.
+    assert re.search(r"^test_kernels\.py \.", shown, re.M), shown
+    (pytester.path / CACHE).unlink()
+    code, shown = _run_on_a_terminal(pytester.path, "--autotune-update", "-q")
+    assert code == 0, shown
+    assert "autotune: tuning" not in shown and "autotune: tuned" not in \
+        shown, shown
