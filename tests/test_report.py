@@ -587,3 +587,53 @@ def test_fusions_sort_naturally_in_records_summary_and_page(tmp_path,
     assert tool("report", path, "-o", out) == 0
     assert re.findall(r'data-signature="(n_cols=\d+)"', out.read_text()) == \
         order
+
+
+def _end_line(best, others, caplog):
+    class Result:
+        seconds = 0.1
+        candidates = [best] + others
+    Result.best = best
+    logger = logging.getLogger("autotune")
+    logger.propagate = True
+    try:
+        with caplog.at_level(logging.INFO, logger="autotune.tuning"):
+            p = progress.TuningProgress("k", "n=40", 2, terminal=False)
+            p.finish(Result)
+    finally:
+        logger.propagate = False
+    return [r.getMessage() for r in caplog.records][-1]
+
+
+def test_end_line_says_why_a_faster_config_lost(caplog):
+    smaller = Candidate(Config({"BLOCK": 16}, num_warps=1), 10098.0)
+    faster = Candidate(Config({"BLOCK": 32}), 3557.0)
+    line = _end_line(smaller, [faster], caplog)
+    assert ("runner-up BLOCK=32 num_warps=4 num_stages=3 3.557 ms (-64.8%; "
+            "lost to the smaller config: not shown 5% faster head to head)"
+            ) in line, line
+    # A larger winner than the faster one: only the incumbent keeps that.
+    line = _end_line(Candidate(Config({"BLOCK": 64}), 10.4),
+                     [Candidate(Config({"BLOCK": 16}), 10.0)], caplog)
+    assert "(-3.8%; lost to the incumbent: not shown 8% faster head to " \
+        "head)" in line, line
+    # A slower runner-up needs no reason.
+    line = _end_line(faster, [smaller], caplog)
+    assert "(+183.9%)" in line, line
+
+
+def test_docs_show_the_installed_command():
+    """A pip user has `autotune_cache`, not the checkout's script."""
+    for name in ("seeing-tuning.md", "cache-tool.md"):
+        with open(os.path.join(ROOT, "docs", name)) as f:
+            text = f.read()
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+        commands = [line for block in blocks for line in block.splitlines()
+                    if "autotune_cache" in line and
+                    not line.startswith("bazel run")]
+        assert commands, name
+        for line in commands:
+            command = line.lstrip("$ ")
+            if "autotune_cache" in command.split(" ", 1)[0]:
+                assert command.startswith("autotune_cache "), (name, line)
+        assert "`python3 tools/autotune_cache.py show" not in text, name
