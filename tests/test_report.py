@@ -637,3 +637,29 @@ def test_docs_show_the_installed_command():
             if "autotune_cache" in command.split(" ", 1)[0]:
                 assert command.startswith("autotune_cache "), (name, line)
         assert "`python3 tools/autotune_cache.py show" not in text, name
+
+
+def test_report_names_the_base_by_its_label(tmp_path):
+    new = tmp_path / "new.textproto"
+    codec.dump_results([entry({16: 10.0, 32: 20.0}, 16, "n=1")], new)
+    base = codec.encode([entry({16: 10.0, 32: 20.0}, 32, "n=1")],
+                        "b.textproto")
+    out = tmp_path / "r.html"
+    # bash's <(git show HEAD:...) is a pipe named /dev/fd/N.
+    read_end, write_end = os.pipe()
+    os.write(write_end, base)
+    os.close(write_end)
+    try:
+        assert tool("report", new, "--base", f"/dev/fd/{read_end}",
+                    "-o", out) == 0
+    finally:
+        os.close(read_end)
+    text = out.read_text()
+    assert f"compared with /dev/fd/{read_end}" not in text
+    assert "compared with the --base input (a pipe: name it with " \
+        "--base_label)" in text
+    based = tmp_path / "base.textproto"
+    based.write_bytes(base)
+    assert tool("report", new, "--base", based, "--base_label",
+                "HEAD:testdata/x.textproto", "-o", out) == 0
+    assert "compared with HEAD:testdata/x.textproto" in out.read_text()

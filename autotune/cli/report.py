@@ -2,7 +2,8 @@
 with a base cache when given (autotune/report/page.py builds it).
 
     autotune_cache report testdata/x.textproto \\
-        --base <(git show HEAD:testdata/x.textproto) -o report.html
+        --base <(git show HEAD:testdata/x.textproto) \\
+        --base_label HEAD:testdata/x.textproto -o report.html
 """
 import os
 import sys
@@ -43,6 +44,17 @@ def check_output(output, inputs):
                             "(write the page elsewhere)")
 
 
+def base_label(path, label=None):
+    """How the page names the base: --base_label, else its path, unless
+    that is a pipe's (bash's <(git show ...) is /dev/fd/63)."""
+    if label:
+        return label
+    if path and path.startswith(("/dev/fd/", "/proc/self/fd/")) or \
+            path == "-":
+        return "the --base input (a pipe: name it with --base_label)"
+    return path
+
+
 def cmd_report(args):
     page.require_matplotlib()  # before reading gigabytes of caches
     if args.output == "-":
@@ -55,7 +67,8 @@ def cmd_report(args):
                         "does not exist")
     sources = [(path, read_all(path)) for path in args.paths]
     base = read_all(args.base) if args.base else None
-    text = page.build_page(sources, base=base, base_name=args.base,
+    text = page.build_page(sources, base=base,
+                           base_name=base_label(args.base, args.base_label),
                            max_charts=args.max_charts)
     codec.atomic_write(args.output, text.encode())
     fusions = sum(len(entries) for _, entries in sources)
@@ -78,6 +91,9 @@ def add_subcommand(sub):
     p.add_argument("paths", nargs="+")
     p.add_argument("--base", help="an older cache to compare with (for "
                    "example <(git show HEAD:testdata/x.textproto))")
+    p.add_argument("--base_label", help="how the page names the base (for "
+                   "example HEAD:testdata/x.textproto; default: its path, "
+                   "which for <(git show ...) is only a pipe's)")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--max_charts", type=int, default=page.DEFAULT_MAX_CHARTS,
                    help="charts for at most this many fusions (the table "

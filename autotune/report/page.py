@@ -29,9 +29,10 @@ DEFAULT_MAX_CHARTS = 200
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-table { border-collapse: collapse; margin: .5em 0; }
+table { border-collapse: collapse; margin: .5em 0; max-width: 100%; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left;
          vertical-align: top; }
+td.num, th { white-space: nowrap; }
 th { background: #f0f0f0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.winner td { font-weight: 600; }
@@ -41,7 +42,7 @@ tr.failed td { color: #a00; }
 figure.fusion-chart { margin: 1em 0 2em; border-top: 1px solid #ddd; }
 figure.fusion-chart figcaption { font-weight: 600; margin: .4em 0; }
 figure.fusion-chart svg { max-width: 100%; height: auto; }
-code { font-size: 92%; }
+code { font-size: 92%; overflow-wrap: anywhere; }
 """
 
 
