@@ -663,3 +663,32 @@ def test_report_names_the_base_by_its_label(tmp_path):
     assert tool("report", new, "--base", based, "--base_label",
                 "HEAD:testdata/x.textproto", "-o", out) == 0
     assert "compared with HEAD:testdata/x.textproto" in out.read_text()
+
+
+def test_regenerate_keeps_one_page_next_to_the_bazel_outputs(tmp_path,
+                                                             capsys,
+                                                             monkeypatch):
+    regenerate = regenerate_module()
+    monkeypatch.setattr(regenerate.tempfile, "tempdir", str(tmp_path))
+    pages = [("testdata/a.textproto", [],
+              [entry({16: 10.0, 32: 20.0}, 16, "n=1")])]
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    # No bazel-testlogs yet: one file per workspace in the temp directory,
+    # replaced by the next run's.
+    first = regenerate.write_report_page(pages, str(workspace))
+    second = regenerate.write_report_page(pages, str(workspace))
+    assert first == second and os.path.dirname(first) == str(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()
+            if p.name.startswith("autotune_regenerate")] == \
+        [os.path.basename(first)]
+    # With Bazel's outputs: next to them, and said so.
+    testlogs = tmp_path / "out" / "testlogs"
+    testlogs.mkdir(parents=True)
+    (workspace / "bazel-testlogs").symlink_to(testlogs)
+    capsys.readouterr()
+    path = regenerate.write_report_page(pages, str(workspace))
+    assert path == str(workspace / "bazel-testlogs" /
+                       "autotune_regenerate_report.html")
+    assert (testlogs / "autotune_regenerate_report.html").exists()
+    assert f"regenerate: report page {path}" in capsys.readouterr().out

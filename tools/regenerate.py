@@ -390,10 +390,29 @@ def regenerate_cache(cache, dumps, workspace):
     return old, merged.entries
 
 
-def write_report_page(pages):
+REPORT_PAGE_NAME = "autotune_regenerate_report.html"
+
+
+def report_page_path(workspace=None):
+    """Where the run's report page goes: next to the dump targets' outputs
+    in the workspace's bazel-testlogs, else one file per workspace in the
+    system temp directory; either way the latest run's page replaces the
+    one before (a run leaves no new file behind)."""
+    logs = os.path.join(workspace, "bazel-testlogs") if workspace else None
+    if logs and os.path.isdir(logs):
+        return os.path.join(logs, REPORT_PAGE_NAME)
+    import hashlib
+    tag = hashlib.sha256(os.path.abspath(workspace or os.getcwd()).encode()
+                         ).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(),
+                        f"autotune_regenerate_{os.getuid()}_{tag}.html")
+
+
+def write_report_page(pages, workspace=None):
     """One report page for the whole run: every regenerated cache, compared
     with what the files held before. pages: [(cache, old, new)]. Returns
-    its path, or None (no matplotlib: a one-line note instead)."""
+    its path (report_page_path), or None (no matplotlib: a one-line note
+    instead)."""
     from autotune.report import page
     try:
         page.require_matplotlib()
@@ -405,10 +424,8 @@ def write_report_page(pages):
                            base_name="the caches before this run",
                            title="Regenerated autotune caches: " + ", ".join(
                                cache for cache, _, _ in pages))
-    fd, path = tempfile.mkstemp(prefix="autotune_regenerate_",
-                                suffix=".html")
-    with os.fdopen(fd, "wb") as f:
-        f.write(text.encode())
+    path = report_page_path(workspace)
+    codec.atomic_write(path, text.encode())
     print(f"regenerate: report page {path}")
     return path
 
@@ -551,7 +568,7 @@ def write_results(targets, results, workspace, regenerated):
             failed.append(cache)
             print(f"regenerate: FAILED writing {cache}: {e}")
     if pages:
-        write_report_page(pages)
+        write_report_page(pages, workspace)
     if failed:
         print(f"regenerate: {len(failed)} failure(s): " + ", ".join(failed))
         return 1
