@@ -692,3 +692,26 @@ def test_regenerate_keeps_one_page_next_to_the_bazel_outputs(tmp_path,
                        "autotune_regenerate_report.html")
     assert (testlogs / "autotune_regenerate_report.html").exists()
     assert f"regenerate: report page {path}" in capsys.readouterr().out
+
+
+def test_dump_target_log_names_the_page_under_bazel_testlogs(
+        session_factory, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TEST_UNDECLARED_OUTPUTS_DIR", str(tmp_path))
+    monkeypatch.setenv("TEST_TARGET", "//examples:kernels_test_autotune_dump")
+    sess = session_factory(
+        dump_autotune_results_to=str(tmp_path / "autotune_cache.textproto"),
+        autotune_verbosity="quiet")
+    e = entry({16: 10.0, 32: 20.0}, 16, "n=1")
+    sess.cache.memory[e.key] = e
+    logger = logging.getLogger("autotune")
+    monkeypatch.setattr(logger, "propagate", True)
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        sess.finish()
+    lines = [r.getMessage() for r in caplog.records
+             if "report page" in r.getMessage()]
+    assert lines == [
+        "autotune: report page bazel-testlogs/examples/"
+        "kernels_test_autotune_dump/test.outputs/autotune_report.html once "
+        "the test is done (in bazel-testlogs/examples/"
+        "kernels_test_autotune_dump/test.outputs/outputs.zip before Bazel "
+        f"8; written to {tmp_path / 'autotune_report.html'})"], lines
