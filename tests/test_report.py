@@ -715,3 +715,14 @@ def test_dump_target_log_names_the_page_under_bazel_testlogs(
         "the test is done (in bazel-testlogs/examples/"
         "kernels_test_autotune_dump/test.outputs/outputs.zip before Bazel "
         f"8; written to {tmp_path / 'autotune_report.html'})"], lines
+
+
+def test_verify_help_documents_its_arguments(capsys):
+    with pytest.raises(SystemExit) as e:
+        tool("verify", "--help")
+    assert e.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "PATH results files (text or binary), per-fusion cache " \
+        "directories or remote namespaces" in out
+    assert "--kernel_module MODULE a Python module" in out
+    assert "reported stale; may be repeated" in out

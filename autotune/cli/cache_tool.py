@@ -567,8 +567,17 @@ def build_parser():
 
     p = sub.add_parser("verify", help="schema, versions, duplicates, file "
                        "names; with --kernel_module, stale fingerprints")
-    p.add_argument("paths", nargs="+")
-    p.add_argument("--kernel_module", action="append", default=[])
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="results files (text or binary), per-fusion cache "
+                   "directories or remote namespaces "
+                   "(redis://HOST:PORT/DB?prefix=NAME) to check")
+    p.add_argument("--kernel_module", action="append", default=[],
+                   metavar="MODULE",
+                   help="a Python module (dotted name, for example "
+                   "mykernels.softmax) whose tuned kernels are the tree's: "
+                   "entries whose kernel fingerprint is not theirs are "
+                   "reported stale; may be repeated. Imported from the "
+                   "current directory and the Bazel workspace around it")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("rekey", help="move entries to the current "
