@@ -799,3 +799,21 @@ def test_tuning_progress_shows_on_a_terminal_and_not_under_q(pytester):
     assert code == 0, shown
     assert "autotune: tuning" not in shown and "autotune: tuned" not in \
         shown, shown
+
+
+def test_the_pytest_extra_installs_pytest_and_the_docs_say_so():
+    """`pip install rules_autotune` alone has no pytest: the [pytest]
+    extra brings one the plugin supports, and getting started says how to
+    try it without a GPU or the CUDA wheels."""
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert not any(d.startswith("pytest") for d in project["dependencies"])
+    extra = project["optional-dependencies"]["pytest"]
+    assert extra == ["pytest>=8"]
+    assert int(pytest.__version__.split(".")[0]) >= 8
+    with open(os.path.join(ROOT, "docs", "getting-started.md")) as f:
+        text = f.read()
+    assert "pip install '/path/to/rules_autotune[pytest]'" in text
+    assert "pip install torch --index-url https://download.pytorch.org/" \
+        "whl/cpu" in text
