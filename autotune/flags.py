@@ -347,6 +347,7 @@ def import_time_choices(env=None):
         options = parse(env.get(ENV_VAR, ""), env, resolve=False)
     except AutotuneFlagsError:
         return "auto", False
+    exit_if_bazel_cache_missing(options, env)
     return options.autotune_backend, bool(options.autotune_dropin)
 
 
@@ -362,6 +363,34 @@ def exit_with_help_if_asked(text):
         sys.stdout.write(usage() + "\n")
         sys.stdout.flush()
         raise SystemExit(0)
+
+
+def exit_if_bazel_cache_missing(options, env):
+    """Under `bazel test` (TEST_TARGET set), a results file to load that
+    does not exist fails the whole target: one line saying so and the
+    command that creates it, and exit status 1, when the package is
+    imported, instead of a traceback in every test that meets a kernel
+    (and in every shard). Elsewhere the session reports it where the cache
+    is first needed."""
+    if not env.get("TEST_TARGET"):
+        return
+    from autotune.contract import REGENERATE_COMMAND
+    root = os.path.join(env.get("TEST_SRCDIR", ""),
+                        env.get("TEST_WORKSPACE", "")) + os.sep
+    for given in split_list(options.load_autotune_results_from):
+        try:
+            path = resolve_path(given, env, "load_autotune_results_from")
+        except AutotuneFlagsError:
+            return  # the session reports it, with its context
+        if os.path.exists(path):
+            continue
+        shown = path[len(root):] if env.get("TEST_SRCDIR") and \
+            path.startswith(root) else path
+        sys.stderr.write(
+            f"autotune: autotune cache {shown} does not exist yet: create "
+            f"it with `{REGENERATE_COMMAND}`, then commit it\n")
+        sys.stderr.flush()
+        raise SystemExit(1)
 
 
 def split_list(value):

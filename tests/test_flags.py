@@ -263,3 +263,33 @@ def test_help_in_the_environment_prints_the_flags_and_exits_0():
     assert "  --autotune_max_cache_bytes (integer" in result.stdout
     assert "went on" not in result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_a_bazel_load_target_without_its_cache_is_one_line(tmp_path):
+    """Under `bazel test`, a cache to load that does not exist yet: one
+    line naming it and the command that creates it, exit status 1, no
+    traceback (in every shard alike)."""
+    import subprocess
+    import sys
+    (tmp_path / "ws").mkdir()
+    env = dict(os.environ, TEST_SRCDIR=str(tmp_path), TEST_WORKSPACE="ws",
+               TEST_TARGET="//:kernels_test", TEST_TOTAL_SHARDS="2",
+               TEST_SHARD_INDEX="1",
+               AUTOTUNE_FLAGS="--load_autotune_results_from="
+                              "TEST_WORKSPACE/testdata/smoke.textproto")
+    code = "import autotune; autotune.session(); print('went on')"
+    result = subprocess.run([sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "autotune: autotune cache testdata/smoke.textproto does not exist "
+        "yet: create it with `bazel run @rules_autotune//tools:regenerate`,"
+        " then commit it"], result.stderr
+    # Outside Bazel the package imports; the session says it when used.
+    del env["TEST_TARGET"]
+    result = subprocess.run([sys.executable, "-c", "import autotune; "
+                             "print('imported')"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout == "imported\n", \
+        result.stderr
