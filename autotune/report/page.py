@@ -56,9 +56,6 @@ def require_matplotlib():
     return matplotlib
 
 
-fusion_id = summary.fusion_of
-
-
 class Comparison(summary.CacheChanges):
     """A base cache against the new one, by fusion (device, kernel,
     signature); `base` is the old side."""
@@ -79,11 +76,7 @@ class Comparison(summary.CacheChanges):
                 "device, so no entry is compared")
 
 
-def _us(value):
-    if value is None:
-        return "-"
-    return f"{value / 1000.0:.3f} ms" if value < 1e6 else \
-        f"{value / 1e6:.3f} s"
+_us = summary.format_time
 
 
 def _esc(text):
