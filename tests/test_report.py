@@ -565,7 +565,14 @@ def test_regenerate_summary_says_re_tuned_for_an_edited_kernel(tmp_path,
     out = capsys.readouterr().out
     assert ("testdata/a.textproto: 3 entries; 0 added, 0 removed, 0 "
             "changed; 3 re-tuned (kernel changed), winners unchanged") in out
-    assert "+ k" not in out and "- k" not in out
+    assert "+ k" not in out and "- k" not in out and "removed:" not in out
+    # A fusion no dump produces any more is removed, and said why.
+    regenerate.regenerate_cache("testdata/a.textproto",
+                                [("//p:a", new[:2], DEVICE)], str(workspace))
+    out = capsys.readouterr().out
+    assert "2 entries; 0 added, 1 removed, 0 changed" in out
+    assert "(1 removed: no dump produced them on this device any more)" \
+        in out
 
 
 def test_fusions_sort_naturally_in_records_summary_and_page(tmp_path,

@@ -384,8 +384,12 @@ def regenerate_cache(cache, dumps, workspace):
           + (f" (from {sources})" if len(dumps) > 1 else ""))
     for line in changes.lines(limit=20):
         print("  " + line)
-    if merged.removed:
-        print(f"  ({len(merged.removed)} removed: no dump produced them on "
+    # Entries of an edited kernel's old fingerprint were replaced (counted
+    # as re-tuned or changed): only fusions gone altogether are removed.
+    gone = set(changes.removed)
+    removed = [e for e in merged.removed if summary.fusion_of(e.key) in gone]
+    if removed:
+        print(f"  ({len(removed)} removed: no dump produced them on "
               "this device any more)")
     return old, merged.entries
 
