@@ -12,6 +12,7 @@ import math
 import os
 import re
 import shlex
+import sys
 import textwrap
 
 from absl import flags as absl_flags
@@ -349,11 +350,55 @@ def import_time_choices(env=None):
     the bare flag agree; a value that does not parse gives the defaults
     here, and the session reports it with its context."""
     env = os.environ if env is None else env
+    exit_with_help_if_asked(env.get(ENV_VAR, ""))
     try:
         options = parse(env.get(ENV_VAR, ""), env, resolve=False)
     except AutotuneFlagsError:
         return "auto", False
+    exit_if_bazel_cache_missing(options, env)
     return options.autotune_backend, bool(options.autotune_dropin)
+
+
+def exit_with_help_if_asked(text):
+    """AUTOTUNE_FLAGS=--help: the flag list on stdout and exit status 0,
+    as a program's --help does, when the package is imported (before any
+    session reads the flags)."""
+    try:
+        argv = shlex.split(text or "")
+    except ValueError:
+        return  # parse() reports it, with its context
+    if any(arg.split("=", 1)[0] in HELP_ARGS for arg in argv):
+        sys.stdout.write(usage() + "\n")
+        sys.stdout.flush()
+        raise SystemExit(0)
+
+
+def exit_if_bazel_cache_missing(options, env):
+    """Under `bazel test` (TEST_TARGET set), a results file to load that
+    does not exist fails the whole target: one line saying so and the
+    command that creates it, and exit status 1, when the package is
+    imported, instead of a traceback in every test that meets a kernel
+    (and in every shard). Elsewhere the session reports it where the cache
+    is first needed."""
+    if not env.get("TEST_TARGET"):
+        return
+    from autotune.contract import REGENERATE_COMMAND
+    root = os.path.join(env.get("TEST_SRCDIR", ""),
+                        env.get("TEST_WORKSPACE", "")) + os.sep
+    for given in split_list(options.load_autotune_results_from):
+        try:
+            path = resolve_path(given, env, "load_autotune_results_from")
+        except AutotuneFlagsError:
+            return  # the session reports it, with its context
+        if os.path.exists(path):
+            continue
+        shown = path[len(root):] if env.get("TEST_SRCDIR") and \
+            path.startswith(root) else path
+        sys.stderr.write(
+            f"autotune: autotune cache {shown} does not exist yet: create "
+            f"it with `{REGENERATE_COMMAND}`, then commit it\n")
+        sys.stderr.flush()
+        raise SystemExit(1)
 
 
 def split_list(value):
@@ -367,15 +412,8 @@ def split_list(value):
 
 
 def resolve_options(options, env=None):
-    workers = options.autotune_workers
-    if isinstance(workers, bool) or not isinstance(workers, int) \
-            or workers < 1:
-        raise AutotuneFlagsError(
-            f"autotune_workers must be a whole number >= 1, got {workers!r}")
-    jobs = options.autotune_compile_jobs
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
-        raise AutotuneFlagsError(
-            f"autotune_compile_jobs must be a whole number >= 0, got {jobs!r}")
+    """Checks the values (check_values) and resolves the path flags."""
+    check_values(options)
     for spec in FLAGS:
         if spec.path and spec.kind != "list":
             setattr(options, spec.name, resolve_path(
@@ -386,29 +424,60 @@ def resolve_options(options, env=None):
     return options
 
 
+def _kind_problem(spec, value):
+    """What is wrong with the type of a value given through the Python API
+    (None: nothing). The flag parser gets text and converts it; the API
+    gets Python values and takes them as they are."""
+    if spec.kind == "bool" and not isinstance(value, bool):
+        return "expected True or False"
+    if spec.kind == "integer" and (isinstance(value, bool) or
+                                   not isinstance(value, int)):
+        return "expected a whole number"
+    if spec.kind == "float" and (isinstance(value, bool) or
+                                 not isinstance(value, (int, float)) or
+                                 not math.isfinite(value)):
+        return "expected a finite number"
+    if spec.kind in ("string", "enum") and not isinstance(value, str):
+        return "expected a string"
+    return None
+
+
 def check_values(options):
-    """Options given through the Python API are checked as the flag parser
-    checks flags (enum values, booleans, numbers), using its definitions."""
+    """Checks every value as the flag parser checks flags, with the same
+    definitions: the types, then the flag's own parser (enum values,
+    bounds). Options made by parse() pass unchanged; values given through
+    the Python API (configure(), @pytest.mark.autotune) get one line
+    naming the option instead of an error deep inside a run."""
     values = absl_flags.FlagValues()
     _define(values)
-    for name in flag_names():
-        value, flag = getattr(options, name), values[name]
-        if value is None or value == flag.default:
+    for spec in FLAGS:
+        value, flag = getattr(options, spec.name), values[spec.name]
+        if value is None or spec.kind == "list":
             continue
-        allowed = getattr(flag.parser, "enum_values", None)
-        if allowed and value not in allowed:
-            raise AutotuneFlagsError(
-                f"{name}={value!r}: expected one of {', '.join(allowed)}")
-        if isinstance(flag.parser, absl_flags.BooleanParser) and \
-                not isinstance(value, bool):
-            raise AutotuneFlagsError(
-                f"{name}={value!r}: expected True or False")
-        if isinstance(flag.parser, absl_flags.FloatParser) and (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)):
-            raise AutotuneFlagsError(
-                f"{name}={value!r}: expected a finite number")
+        if spec.kind == "string" and spec.path and \
+                isinstance(value, os.PathLike):
+            value = os.fspath(value)
+            setattr(options, spec.name, value)
+        problem = _kind_problem(spec, value)
+        if problem is None:
+            try:
+                # Converts nothing for values of the right type: it checks
+                # the enum values and the bounds, as for a flag.
+                flag.parser.parse(value)
+            except (ValueError, TypeError) as e:
+                problem = _parser_message(spec, e)
+        if problem is not None:
+            raise AutotuneFlagsError(f"{spec.name}={value!r}: {problem}")
+
+
+def _parser_message(spec, error):
+    """absl's message, in the words of this module for the common cases."""
+    if spec.enum_values:
+        return "expected one of " + ", ".join(spec.enum_values)
+    if spec.lower_bound is not None:
+        what = "a whole number" if spec.kind == "integer" else "a number"
+        return f"expected {what} >= {spec.lower_bound}"
+    return redact_text(error)
 
 
 def from_environment(env=None):

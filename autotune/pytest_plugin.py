@@ -23,6 +23,7 @@ resolved as a single run would resolve it, and reported).
 """
 import difflib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -34,6 +35,7 @@ from autotune import codec, flags
 from autotune.cache import merge
 from autotune.cache import update as cache_update
 from autotune.cli import cache_tool
+from autotune import log as autotune_log
 from autotune.log import printable
 from autotune.log import redact_text  # a URL's password never shows
 from autotune.runtime import session as runtime_session
@@ -503,6 +505,21 @@ class AutotunePlugin:
                 "\nRun `pytest --autotune-update` and commit the cache.")
         return report
 
+    # -- progress while the tests run --------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session):
+        handler = None
+        if not self.is_worker and not self.is_controller:
+            handler = TerminalProgress.for_config(self.config)
+        logger = logging.getLogger(autotune_log.ROOT)
+        if handler is not None:
+            logger.addHandler(handler)
+        try:
+            return (yield)
+        finally:
+            if handler is not None:
+                logger.removeHandler(handler)
+
     # -- end of the session ----------------------------------------------
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node):
@@ -673,6 +690,13 @@ class AutotunePlugin:
                 yellow=True)
         for error in r.get("errors", []):
             tr.write_line(f"autotune: error: {error}", red=True)
+        # A fusion whose stored candidates do not decode: named, and left
+        # out of the report; the tests ran with its config all the same.
+        for fusion in r.get("fusions", []):
+            if fusion.get("error"):
+                tr.write_line(f"autotune: bad entry: {fusion['error']} "
+                              "(its candidates are left out of the "
+                              "report)", red=True)
         for c in r.get("conflicts", []):
             tr.write_line(
                 f"autotune: conflict: {c['kernel']} [{c['signature']}] on "
@@ -688,16 +712,56 @@ class AutotunePlugin:
                           f"{r['prune_refused']}")
         diff = getattr(self, "diff", None)
         if diff is not None:
-            added, removed, changed = diff.counts()
+            # By fusion, as regenerate says it: an edited kernel's fusions
+            # are re-tuned, and a changed winner is compared with the old
+            # one measured in this run when it was.
+            from autotune.report import summary
+            changes = summary.CacheChanges(list(diff.old.values()),
+                                           list(diff.new.values()))
             tr.write_line(f"autotune: {cache}: {r['entries']} entries; "
-                          f"{added} added, {removed} removed, {changed} "
-                          "changed")
-            for line in diff.lines(limit=20):
+                          f"{changes.headline()}")
+            for line in changes.lines(limit=20):
                 tr.write_line("  " + line)
         if not r.get("written"):
             why = r.get("not_written_because", "")
             tr.write_line(f"autotune: {cache} left untouched ({why})",
                           **({} if why == "no change" else {"red": True}))
+
+
+class TerminalProgress(logging.Handler):
+    """The `autotune` logger's lines (a fusion's tuning starting and
+    ending, each candidate with --autotune_verbosity=verbose, a wait for
+    the device) on the terminal while pytest captures a test's output:
+    written through the terminal reporter with capture suspended, as
+    pytest's live logging does. When nothing is captured (-s) the logger's
+    own handler reaches the terminal, and this one stays silent."""
+
+    def __init__(self, reporter, capture):
+        super().__init__(logging.INFO)
+        self.reporter = reporter
+        self.capture = capture
+
+    @classmethod
+    def for_config(cls, config):
+        """A handler when pytest writes to a terminal and was not asked to
+        be quiet (-q); else None."""
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None or capture is None or \
+                config.get_verbosity() < 0 or \
+                not getattr(reporter, "isatty", False):
+            return None
+        return cls(reporter, capture)
+
+    def emit(self, record):
+        if not self.capture.is_capturing():
+            return
+        try:
+            text = redact_text(record.getMessage())
+            with self.capture.global_and_fixture_disabled():
+                self.reporter.write_line(text)
+        except Exception:  # noqa: BLE001 -- logging's own convention
+            self.handleError(record)
 
 
 def bypassing_kernels(root):

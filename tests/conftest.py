@@ -1,5 +1,8 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -8,6 +11,28 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # Tests configure sessions explicitly; a stray AUTOTUNE_FLAGS from the
 # caller's shell must not leak into them.
 os.environ.pop("AUTOTUNE_FLAGS", None)
+
+# A private device lock and slot directory for this run: the host-wide one
+# (/tmp/rules_autotune-locks) is shared with every other user of the
+# machine, and a test waiting there for someone else's tuning would time
+# out. Every process the tests start inherits it (pytest-xdist workers
+# keep their controller's; the Bazel runs get it through
+# tools/run_example_suite.py). A test about sharing a lock sets its own.
+LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
+OWN_LOCK_DIR_ENV = "RULES_AUTOTUNE_TESTS_LOCK_DIR"
+
+
+def _private_lock_dir():
+    inherited = os.environ.get(OWN_LOCK_DIR_ENV)
+    if inherited and os.environ.get(LOCK_DIR_ENV) == inherited and \
+            os.path.isdir(inherited):
+        return  # a worker of this run: the run's directory
+    directory = tempfile.mkdtemp(prefix="rules_autotune-test-locks-")
+    os.environ[LOCK_DIR_ENV] = os.environ[OWN_LOCK_DIR_ENV] = directory
+    atexit.register(shutil.rmtree, directory, True)
+
+
+_private_lock_dir()
 
 import pytest  # noqa: E402
 

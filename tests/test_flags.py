@@ -280,3 +280,84 @@ def test_unbalanced_quote_names_the_flags_not_the_value():
         "check the quotes); it names --autotune_workers, "
         "--autotune_remote_cache")
 
+
+# -- configure(): the flag parser's checks, one line naming the option -------
+
+@pytest.mark.parametrize("name,value,expected", [
+    ("autotune_max_cache_bytes", "16", "expected a whole number"),
+    ("autotune_max_cache_bytes", 0, "expected a whole number >= 1"),
+    ("autotune_max_cache_bytes", 2.5, "expected a whole number"),
+    ("autotune_remote_cache_timeout_s", 0.0, "expected a number >= 0.001"),
+    ("autotune_remote_cache_timeout_s", "1", "expected a finite number"),
+    ("autotune_distributed_timeout_s", -1, "expected a number >= 0.001"),
+    ("autotune_remote_cache_expiry_s", -5, "expected a whole number >= 0"),
+    ("autotune_workers", 0, "expected a whole number >= 1"),
+    ("autotune_compile_jobs", True, "expected a whole number"),
+    ("autotune_verbosity", "loud", "expected one of quiet, normal, "
+                                   "verbose"),
+    ("autotune_expected_gpu", 90, "expected a string"),
+])
+def test_configure_checks_values_as_the_flag_parser_does(
+        session_factory, name, value, expected):
+    # The flag parser refuses the same value given as text (where text
+    # can be wrong: a string flag takes any).
+    if not isinstance(value, (str, bool)) and name != "autotune_expected_gpu":
+        with pytest.raises(AutotuneFlagsError, match=name):
+            flags.parse(f"--{name}={value}")
+    with pytest.raises(AutotuneFlagsError) as e:
+        session_factory(**{name: value})
+    assert str(e.value) == f"{name}={value!r}: {expected}"
+
+
+def test_in_range_values_pass_both_ways(session_factory):
+    assert flags.parse("--autotune_max_cache_bytes=16").\
+        autotune_max_cache_bytes == 16
+    sess = session_factory(autotune_max_cache_bytes=16,
+                           autotune_remote_cache_timeout_s=2,
+                           autotune_remote_cache_expiry_s=0)
+    assert sess.options.autotune_max_cache_bytes == 16
+
+
+def test_help_in_the_environment_prints_the_flags_and_exits_0():
+    import subprocess
+    import sys
+    env = dict(os.environ, AUTOTUNE_FLAGS="--autotune_workers=2 --help")
+    result = subprocess.run(
+        [sys.executable, "-c", "import autotune; print('went on')"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("AUTOTUNE_FLAGS flags (also "
+                                    "autotune.configure() keywords):")
+    assert "  --autotune_max_cache_bytes (integer" in result.stdout
+    assert "went on" not in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_a_bazel_load_target_without_its_cache_is_one_line(tmp_path):
+    """Under `bazel test`, a cache to load that does not exist yet: one
+    line naming it and the command that creates it, exit status 1, no
+    traceback (in every shard alike)."""
+    import subprocess
+    import sys
+    (tmp_path / "ws").mkdir()
+    env = dict(os.environ, TEST_SRCDIR=str(tmp_path), TEST_WORKSPACE="ws",
+               TEST_TARGET="//:kernels_test", TEST_TOTAL_SHARDS="2",
+               TEST_SHARD_INDEX="1",
+               AUTOTUNE_FLAGS="--load_autotune_results_from="
+                              "TEST_WORKSPACE/testdata/smoke.textproto")
+    code = "import autotune; autotune.session(); print('went on')"
+    result = subprocess.run([sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "autotune: autotune cache testdata/smoke.textproto does not exist "
+        "yet: create it with `bazel run @rules_autotune//tools:regenerate`,"
+        " then commit it"], result.stderr
+    # Outside Bazel the package imports; the session says it when used.
+    del env["TEST_TARGET"]
+    result = subprocess.run([sys.executable, "-c", "import autotune; "
+                             "print('imported')"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout == "imported\n", \
+        result.stderr

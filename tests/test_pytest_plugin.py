@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -756,3 +757,128 @@ def test_no_password_through_the_pytest_plugin(tmp_path):
             assert_no_secret(run.stdout, run.stderr)
     assert b"cannot split into flags" in runs[0].stderr
 
+
+def test_a_malformed_candidate_is_one_line_and_the_run_stands(project):
+    """A candidate whose config does not decode: the tests pass with the
+    fusion's config (the best config decodes), and the summary names the
+    file and the entry in one line, without changing the exit status."""
+    cache = project.path / CACHE
+    text = cache.read_text()
+    first = text.index('candidates { config { params: "BLOCK=16"')
+    cache.write_text(text[:first] + text[first:].replace(
+        'params: "BLOCK=16"', 'params: "BLOCK"', 1))
+    result = run_pytest(project, *PLUGIN)
+    assert result.returncode == 0, result.output
+    assert outcomes(result) == {"passed": 4}, result.output
+    assert "Traceback" not in result.output
+    lines = [l for l in result.output.splitlines() if "bad entry" in l]
+    assert len(lines) == 1, result.output
+    assert re.match(
+        r"autotune: bad entry: \S*testdata/kernels\.textproto: entry "
+        r"add_one_kernel \[n=20;dtypes=x:float32,y:float32\] on \S+: "
+        r"candidate: malformed config params 'BLOCK'", lines[0]), lines[0]
+
+
+# One config of two gives the right result (BUG=1 adds 1): the winner is
+# the same at every tuning, whatever the timings.
+ONE_WINNER_KERNELS = KERNELS.replace(
+    'CONFIGS = [Config({"BLOCK": 16}, num_warps=1), Config({"BLOCK": 32})]',
+    'CONFIGS = [Config({"BLOCK": 32, "BUG": 0}), '
+    'Config({"BLOCK": 16, "BUG": 1}, num_warps=1)]').replace(
+    "BLOCK: tl.constexpr):", "BLOCK: tl.constexpr, BUG: tl.constexpr):"
+).replace("+ 1.0,", "+ 1.0 + BUG,").replace("* 2.0,", "* 2.0 + BUG,")
+
+
+def test_an_edited_kernel_that_keeps_its_winners_is_re_tuned(pytester):
+    """After an edit of add_one_kernel (its two fusions tuned again, one
+    config of two right, so the winners cannot change) the summary says
+    re-tuned,
+    not added and removed."""
+    assert ONE_WINNER_KERNELS.count("BUG") == 6
+    write_project(pytester.path, kernels=ONE_WINNER_KERNELS)
+    result = run_pytest(pytester, *PLUGIN, "--autotune-update")
+    assert "3 entries; 3 added, 0 removed, 0 changed" in result.output, \
+        result.output
+    write_project(pytester.path, kernels=ONE_WINNER_KERNELS.replace(
+        "+ 1.0 + BUG,", "+ 1.0 + BUG + 0.0,"))
+    result = run_pytest(pytester, *PLUGIN, "--autotune-update")
+    assert result.returncode == 0, result.output
+    assert (f"autotune: {CACHE}: 3 entries; 0 added, 0 removed, 0 changed; "
+            "2 re-tuned (kernel changed), winners unchanged") in \
+        result.output, result.output
+    assert re.search(r"^  = add_one_kernel \[n=20;.*\(re-tuned: kernel "
+                     r"changed, winner unchanged\)$", result.output, re.M), \
+        result.output
+
+
+def _run_on_a_terminal(project, *args):
+    """pytest in a new process whose stdout and stderr are a terminal (a
+    pseudo-terminal); returns (exit status, what the terminal showed)."""
+    import pty
+    import select
+    main, side = pty.openpty()
+    env = _environment((ROOT,), project)
+    env.update(TERM="dumb", COLUMNS="200")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+         "--color=no", *PLUGIN, *args], cwd=project, env=env,
+        stdin=subprocess.DEVNULL, stdout=side, stderr=side)
+    os.close(side)
+    chunks = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 1.0)
+        if not ready:
+            if proc.poll() is not None:
+                break
+            continue
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # the other side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main)
+    code = proc.wait(timeout=60)
+    return code, b"".join(chunks).decode(errors="replace").replace("\r", "")
+
+
+def test_tuning_progress_shows_on_a_terminal_and_not_under_q(pytester):
+    """pytest captures the tests' stderr: the tuning lines reach a terminal
+    through pytest's own reporter (by default), and -q keeps them out."""
+    write_project(pytester.path)
+    code, shown = _run_on_a_terminal(pytester.path, "--autotune-update")
+    assert code == 0, shown
+    starts = re.findall(r"^autotune: tuning (\w+) \[n=(\d+);", shown, re.M)
+    ends = re.findall(r"^autotune: tuned (\w+) \[n=\d+;.*: winner BLOCK=",
+                      shown, re.M)
+    assert sorted(starts) == [("add_one_kernel", "20"),
+                              ("add_one_kernel", "40"),
+                              ("double_kernel", "20")], shown
+    assert len(ends) == 3, shown
+    # The progress line of the tests goes on after them.
+    assert re.search(r"^test_kernels\.py \.", shown, re.M), shown
+    (pytester.path / CACHE).unlink()
+    code, shown = _run_on_a_terminal(pytester.path, "--autotune-update", "-q")
+    assert code == 0, shown
+    assert "autotune: tuning" not in shown and "autotune: tuned" not in \
+        shown, shown
+
+
+def test_the_pytest_extra_installs_pytest_and_the_docs_say_so():
+    """`pip install rules_autotune` alone has no pytest: the [pytest]
+    extra brings one the plugin supports, and getting started says how to
+    try it without a GPU or the CUDA wheels."""
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert not any(d.startswith("pytest") for d in project["dependencies"])
+    extra = project["optional-dependencies"]["pytest"]
+    assert extra == ["pytest>=8"]
+    assert int(pytest.__version__.split(".")[0]) >= 8
+    with open(os.path.join(ROOT, "docs", "getting-started.md")) as f:
+        text = f.read()
+    assert "pip install '/path/to/rules_autotune[pytest]'" in text
+    assert "pip install torch --index-url https://download.pytorch.org/" \
+        "whl/cpu" in text

@@ -384,3 +384,353 @@ def test_regenerate_prints_one_page_for_the_run(tmp_path, capsys,
     assert "testdata/a.textproto, testdata/b.textproto" in text
     assert "1 winner(s) changed, 1 added, 0 removed" in text
     assert text.count('<figure class="fusion-chart"') == 3
+
+
+# -- bad input: the page's own output, labels, a per-fusion directory --------
+
+@pytest.mark.parametrize("output", ["input", "base", "link to input",
+                                    "link to base"])
+def test_report_refuses_an_output_that_is_an_input(tmp_path, capsys,
+                                                   output):
+    new, base = tmp_path / "new.textproto", tmp_path / "base.textproto"
+    codec.dump_results([entry({16: 10.0, 32: 20.0}, 16, "n=1")], new)
+    codec.dump_results([entry({16: 10.0, 32: 20.0}, 32, "n=1")], base)
+    before = {p: p.read_bytes() for p in (new, base)}
+    target = {"input": new, "base": base}.get(output)
+    if target is None:
+        target = tmp_path / "page.html"
+        target.symlink_to(new if output == "link to input" else base)
+    assert tool("report", new, "--base", base, "-o", target) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is also an input" in err, err
+    assert {p: p.read_bytes() for p in (new, base)} == before
+
+
+def dollar_entries():
+    """Configs whose string value holds `$`, which matplotlib's mathtext
+    cannot parse (verify accepts them: any string is a config value)."""
+    def make(signature, winner):
+        cands = [Candidate(Config({"MODE": "${$"}), 10.0),
+                 Candidate(Config({"MODE": "$x$"}), 12.0),
+                 Candidate(Config({"MODE": "a$b"}), 0.0, "TIMEOUT", "$")]
+        return Entry(CacheKey(DEVICE, "k", "f" * 16, signature),
+                     Config({"MODE": winner}), 10.0 if winner == "${$"
+                     else 12.0, cands,
+                     Provenance("3.9.0", "2.13.0", "12.8",
+                                "2026-11-29T10:00:00Z", 0.02, "exhaustive",
+                                1.5))
+    return [make("n=1", "${$"), make("n=2", "$x$")]
+
+
+def test_report_draws_dollar_signs_as_plain_text(tmp_path, capsys):
+    path = tmp_path / "dollars.textproto"
+    codec.dump_results(dollar_entries(), path)
+    assert tool("verify", path) == 0
+    out = tmp_path / "r.html"
+    assert tool("report", path, "-o", out) == 0, capsys.readouterr().err
+    text = out.read_text()
+    assert text.count("<svg") == 2
+    # The labels are the configs' own text, not mathtext.
+    svg = text.split("<svg", 1)[1]
+    assert "MODE=${$ num_warps=4" in svg and "MODE=$x$ num_warps=4" in svg
+
+
+def test_dump_target_page_draws_dollar_signs_as_plain_text(
+        session_factory, tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_UNDECLARED_OUTPUTS_DIR", str(tmp_path))
+    sess = session_factory(
+        dump_autotune_results_to=str(tmp_path / "autotune_cache.textproto"),
+        autotune_verbosity="quiet")
+    for e in dollar_entries():
+        sess.cache.memory[e.key] = e
+    sess.finish()
+    text = (tmp_path / "autotune_report.html").read_text()
+    assert text.count("<svg") == 2 and "MODE=${$ num_warps=4" in text
+
+
+def test_regenerate_page_draws_dollar_signs_as_plain_text(tmp_path, capsys,
+                                                          monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import regenerate
+    monkeypatch.setattr(regenerate.tempfile, "tempdir", str(tmp_path))
+    path = regenerate.write_report_page(
+        [("testdata/d.textproto", [], dollar_entries())])
+    assert path is not None, capsys.readouterr()
+    text = open(path).read()
+    assert text.count("<svg") == 2 and "MODE=${$ num_warps=4" in text
+
+
+def test_show_skips_and_counts_dangling_corrupt_links(tmp_path, capsys):
+    from autotune import keys
+    from autotune.cache.tiers import PerFusionDirectory
+    directory = tmp_path / "cache"
+    bad = entry({16: 10.0, 32: 20.0}, 16, "n=2")
+    assert tool("convert", FUSED, str(directory) + "/") == 0
+    # A link to a file that is gone: the runtime moves the link aside as
+    # NAME.corrupt-*, where it names nothing.
+    (directory / keys.file_name(bad.key)).symlink_to(tmp_path / "gone")
+    assert PerFusionDirectory(str(directory), "update").lookup(bad.key) \
+        is None
+    aside = [p for p in directory.iterdir() if ".corrupt-" in p.name]
+    assert len(aside) == 1 and aside[0].is_symlink() and \
+        not aside[0].exists()
+    capsys.readouterr()
+    assert tool("show", directory) == 0
+    out = capsys.readouterr().out
+    assert f"{directory}: 6 entries" in out
+    assert "skipped 1 dangling link(s)" in out
+    assert tool("show", "--json", directory) == 0
+    assert json.loads(capsys.readouterr().out)["dangling_links"] == 1
+
+
+# -- a changed winner, against the old one measured in the same run ----------
+
+def retuned_pair():
+    """The old winner BLOCK=32 stored 13.2 ms (another run); re-measured in
+    this run at 145.8 ms, it lost to BLOCK=16 at 96.6 ms: 34% faster in one
+    run, +632% against the stored time."""
+    old = entry({16: 20000.0, 32: 13200.0}, 32, "n=1")
+    new = entry({16: 96600.0, 32: 145800.0}, 16, "n=1")
+    return old, new
+
+
+def test_changed_winner_is_compared_within_one_run():
+    old, new = retuned_pair()
+    change = summary.winner_change(old, new)
+    assert change["same_run"] and round(change["pct"], 1) == -33.7
+    assert change["text"] == ("-33.7% in one run (stored 13.200 ms then; "
+                              "old 145.800 ms -> new 96.600 ms now)")
+
+
+def test_changed_winner_not_measured_again_is_labelled_across_runs():
+    old, _ = retuned_pair()
+    new = entry({16: 96600.0}, 16, "n=1")  # the old winner not a candidate
+    change = summary.winner_change(old, new)
+    assert not change["same_run"] and round(change["pct"], 1) == 631.8
+    assert change["text"].startswith("+631.8% across runs (old 13.200 ms "
+                                     "stored then -> new 96.600 ms now")
+
+
+def test_page_change_column_uses_the_same_run(tmp_path):
+    old, new = retuned_pair()
+    po, pn = tmp_path / "old.textproto", tmp_path / "new.textproto"
+    codec.dump_results([old], po)
+    codec.dump_results([new, entry({16: 5.0}, 16, "n=2")], pn)
+    codec.dump_results([old, entry({16: 3.0, 32: 2.0}, 32, "n=2")], po)
+    out = tmp_path / "r.html"
+    assert tool("report", pn, "--base", po, "-o", out) == 0
+    changed = out.read_text().split('<table id="changed">')[1].split(
+        "</table>")[0]
+    rows = changed.split("<tr>")[2:]
+    assert "n=1" in rows[0] and '<span class="faster">-33.7%</span>' in \
+        rows[0] and "631.8" not in rows[0]
+    assert "stored 13.200 ms then; old 145.800 ms -&gt; new 96.600 ms now" \
+        in rows[0]
+    # n=2: its old winner was not measured again: across runs, and said.
+    assert "n=2" in rows[1] and "+150.0%</span> <small>across runs" in \
+        rows[1]
+
+
+def regenerate_module():
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import regenerate
+    return regenerate
+
+
+def test_regenerate_summary_compares_within_one_run(tmp_path, capsys):
+    regenerate = regenerate_module()
+    old, new = retuned_pair()
+    workspace = tmp_path / "ws"
+    (workspace / "testdata").mkdir(parents=True)
+    codec.dump_results([old], workspace / "testdata" / "a.textproto")
+    regenerate.regenerate_cache("testdata/a.textproto",
+                                [("//p:a", [new], DEVICE)], str(workspace))
+    out = capsys.readouterr().out
+    assert "1 entries; 0 added, 0 removed, 1 changed" in out
+    assert ("~ k [n=1] on NVIDIA H200/sm_90/sms=132/triton-3.9.0: "
+            "BLOCK=32 num_warps=4 num_stages=3 -> BLOCK=16 num_warps=4 "
+            "num_stages=3 (-33.7% in one run (stored 13.200 ms then; old "
+            "145.800 ms -> new 96.600 ms now))") in out, out
+
+
+def test_regenerate_summary_says_re_tuned_for_an_edited_kernel(tmp_path,
+                                                               capsys):
+    regenerate = regenerate_module()
+    old = [entry({16: 10.0, 32: 20.0}, 16, f"n={n}") for n in (1, 2, 3)]
+    new = [e.replace(key=e.key._replace(fingerprint="e" * 16)) for e in old]
+    workspace = tmp_path / "ws"
+    (workspace / "testdata").mkdir(parents=True)
+    codec.dump_results(old, workspace / "testdata" / "a.textproto")
+    regenerate.regenerate_cache("testdata/a.textproto",
+                                [("//p:a", new, DEVICE)], str(workspace))
+    out = capsys.readouterr().out
+    assert ("testdata/a.textproto: 3 entries; 0 added, 0 removed, 0 "
+            "changed; 3 re-tuned (kernel changed), winners unchanged") in out
+    assert "+ k" not in out and "- k" not in out and "removed:" not in out
+    # A fusion no dump produces any more is removed, and said why.
+    regenerate.regenerate_cache("testdata/a.textproto",
+                                [("//p:a", new[:2], DEVICE)], str(workspace))
+    out = capsys.readouterr().out
+    assert "2 entries; 0 added, 1 removed, 0 changed" in out
+    assert "(1 removed: no dump produced them on this device any more)" \
+        in out
+
+
+def test_fusions_sort_naturally_in_records_summary_and_page(tmp_path,
+                                                            capsys):
+    entries = [entry({16: 1.0}, 16, f"n_cols={n}") for n in
+               (100, 200, 300, 50)]
+    order = ["n_cols=50", "n_cols=100", "n_cols=200", "n_cols=300"]
+    assert [r["signature"] for r in summary.fusion_records(entries)] == \
+        order
+    changes = summary.CacheChanges([], entries)
+    assert [line.split("[")[1].split("]")[0] for line in changes.lines()] \
+        == order
+    path = tmp_path / "c.textproto"
+    codec.dump_results(entries, path)
+    assert tool("show", "--entries", path) == 0
+    shown = re.findall(r"\[(n_cols=\d+)\]", capsys.readouterr().out)
+    assert shown == order
+    out = tmp_path / "r.html"
+    assert tool("report", path, "-o", out) == 0
+    assert re.findall(r'data-signature="(n_cols=\d+)"', out.read_text()) == \
+        order
+
+
+def _end_line(best, others, caplog):
+    class Result:
+        seconds = 0.1
+        candidates = [best] + others
+    Result.best = best
+    logger = logging.getLogger("autotune")
+    logger.propagate = True
+    try:
+        with caplog.at_level(logging.INFO, logger="autotune.tuning"):
+            p = progress.TuningProgress("k", "n=40", 2, terminal=False)
+            p.finish(Result)
+    finally:
+        logger.propagate = False
+    return [r.getMessage() for r in caplog.records][-1]
+
+
+def test_end_line_says_why_a_faster_config_lost(caplog):
+    smaller = Candidate(Config({"BLOCK": 16}, num_warps=1), 10098.0)
+    faster = Candidate(Config({"BLOCK": 32}), 3557.0)
+    line = _end_line(smaller, [faster], caplog)
+    assert ("runner-up BLOCK=32 num_warps=4 num_stages=3 3.557 ms (-64.8%; "
+            "lost to the smaller config: not shown 5% faster head to head)"
+            ) in line, line
+    # A larger winner than the faster one: only the incumbent keeps that.
+    line = _end_line(Candidate(Config({"BLOCK": 64}), 10.4),
+                     [Candidate(Config({"BLOCK": 16}), 10.0)], caplog)
+    assert "(-3.8%; lost to the incumbent: not shown 8% faster head to " \
+        "head)" in line, line
+    # A slower runner-up needs no reason.
+    line = _end_line(faster, [smaller], caplog)
+    assert "(+183.9%)" in line, line
+
+
+def test_docs_show_the_installed_command():
+    """A pip user has `autotune_cache`, not the checkout's script."""
+    for name in ("seeing-tuning.md", "cache-tool.md"):
+        with open(os.path.join(ROOT, "docs", name)) as f:
+            text = f.read()
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+        commands = [line for block in blocks for line in block.splitlines()
+                    if "autotune_cache" in line and
+                    not line.startswith("bazel run")]
+        assert commands, name
+        for line in commands:
+            command = line.lstrip("$ ")
+            if "autotune_cache" in command.split(" ", 1)[0]:
+                assert command.startswith("autotune_cache "), (name, line)
+        assert "`python3 tools/autotune_cache.py show" not in text, name
+
+
+def test_report_names_the_base_by_its_label(tmp_path):
+    new = tmp_path / "new.textproto"
+    codec.dump_results([entry({16: 10.0, 32: 20.0}, 16, "n=1")], new)
+    base = codec.encode([entry({16: 10.0, 32: 20.0}, 32, "n=1")],
+                        "b.textproto")
+    out = tmp_path / "r.html"
+    # bash's <(git show HEAD:...) is a pipe named /dev/fd/N.
+    read_end, write_end = os.pipe()
+    os.write(write_end, base)
+    os.close(write_end)
+    try:
+        assert tool("report", new, "--base", f"/dev/fd/{read_end}",
+                    "-o", out) == 0
+    finally:
+        os.close(read_end)
+    text = out.read_text()
+    assert f"compared with /dev/fd/{read_end}" not in text
+    assert "compared with the --base input (a pipe: name it with " \
+        "--base_label)" in text
+    based = tmp_path / "base.textproto"
+    based.write_bytes(base)
+    assert tool("report", new, "--base", based, "--base_label",
+                "HEAD:testdata/x.textproto", "-o", out) == 0
+    assert "compared with HEAD:testdata/x.textproto" in out.read_text()
+
+
+def test_regenerate_keeps_one_page_next_to_the_bazel_outputs(tmp_path,
+                                                             capsys,
+                                                             monkeypatch):
+    regenerate = regenerate_module()
+    monkeypatch.setattr(regenerate.tempfile, "tempdir", str(tmp_path))
+    pages = [("testdata/a.textproto", [],
+              [entry({16: 10.0, 32: 20.0}, 16, "n=1")])]
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    # No bazel-testlogs yet: one file per workspace in the temp directory,
+    # replaced by the next run's.
+    first = regenerate.write_report_page(pages, str(workspace))
+    second = regenerate.write_report_page(pages, str(workspace))
+    assert first == second and os.path.dirname(first) == str(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()
+            if p.name.startswith("autotune_regenerate")] == \
+        [os.path.basename(first)]
+    # With Bazel's outputs: next to them, and said so.
+    testlogs = tmp_path / "out" / "testlogs"
+    testlogs.mkdir(parents=True)
+    (workspace / "bazel-testlogs").symlink_to(testlogs)
+    capsys.readouterr()
+    path = regenerate.write_report_page(pages, str(workspace))
+    assert path == str(workspace / "bazel-testlogs" /
+                       "autotune_regenerate_report.html")
+    assert (testlogs / "autotune_regenerate_report.html").exists()
+    assert f"regenerate: report page {path}" in capsys.readouterr().out
+
+
+def test_dump_target_log_names_the_page_under_bazel_testlogs(
+        session_factory, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TEST_UNDECLARED_OUTPUTS_DIR", str(tmp_path))
+    monkeypatch.setenv("TEST_TARGET", "//examples:kernels_test_autotune_dump")
+    sess = session_factory(
+        dump_autotune_results_to=str(tmp_path / "autotune_cache.textproto"),
+        autotune_verbosity="quiet")
+    e = entry({16: 10.0, 32: 20.0}, 16, "n=1")
+    sess.cache.memory[e.key] = e
+    logger = logging.getLogger("autotune")
+    monkeypatch.setattr(logger, "propagate", True)
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        sess.finish()
+    lines = [r.getMessage() for r in caplog.records
+             if "report page" in r.getMessage()]
+    assert lines == [
+        "autotune: report page bazel-testlogs/examples/"
+        "kernels_test_autotune_dump/test.outputs/autotune_report.html once "
+        "the test is done (in bazel-testlogs/examples/"
+        "kernels_test_autotune_dump/test.outputs/outputs.zip before Bazel "
+        f"8; written to {tmp_path / 'autotune_report.html'})"], lines
+
+
+def test_verify_help_documents_its_arguments(capsys):
+    with pytest.raises(SystemExit) as e:
+        tool("verify", "--help")
+    assert e.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "PATH results files (text or binary), per-fusion cache " \
+        "directories or remote namespaces" in out
+    assert "--kernel_module MODULE a Python module" in out
+    assert "reported stale; may be repeated" in out

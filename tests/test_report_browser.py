@@ -84,3 +84,38 @@ def test_the_checks_see_errors_and_requests(browser, tmp_path):
     page = browser.open(bad.as_uri())
     assert any("undefined_function" in e for e in page.console_errors())
     assert page.requests() == ["http://127.0.0.1:9/x.png"]
+
+
+def test_long_signatures_wrap_at_1280_px(tmp_path):
+    """A 1280 px window: the summary and change tables wrap long
+    signatures and configs instead of running off the screen."""
+    from autotune.records import CacheKey, Candidate, Config, Entry, \
+        Provenance
+    signature = ";".join(f"arg{i}={i * 1000}" for i in range(40)) + \
+        ";dtypes=" + ",".join(f"x{i}:float32" for i in range(30))
+    config = Config({f"PARAM_{i}": 2 ** i for i in range(12)})
+    other = Config({"BLOCK": 16})
+
+    def make(best):
+        return Entry(CacheKey("NVIDIA H200/sm_90/sms=132/triton-3.9.0", "k",
+                              "f" * 16, signature), best,
+                     10.0, [Candidate(config, 10.0), Candidate(other, 12.0)],
+                     Provenance("3.9.0", "2.13.0", "12.8",
+                                "2026-11-29T10:00:00Z", 0.02, "exhaustive",
+                                1.5))
+    new, base = tmp_path / "new.textproto", tmp_path / "base.textproto"
+    codec.dump_results([make(config)], new)
+    codec.dump_results([make(other)], base)
+    page_path = tmp_path / "report.html"
+    assert cache_tool.main(["report", str(new), "--base", str(base), "-o",
+                            str(page_path)]) == 0
+    with browser_support.Browser(width=1280, height=900) as narrow:
+        page = narrow.open(page_path.as_uri())
+        widths = page.evaluate(
+            "[document.documentElement.scrollWidth, window.innerWidth, "
+            "...[...document.querySelectorAll('table')].map("
+            "t => t.getBoundingClientRect().right)]")
+        page.screenshot(str(tmp_path / "report-1280.png"))
+    scroll, inner, *rights = widths
+    assert inner <= 1280 and scroll <= inner, widths
+    assert rights and all(right <= inner for right in rights), widths

@@ -39,10 +39,11 @@ takes the keyword in the "Python API" column. It starts from
 `AUTOTUNE_FLAGS`: each keyword given replaces that flag's value (a list
 included), every flag it does not name keeps the environment's value, and
 the flag defaults come last. Values given through the API are checked as
-the flag parser checks flags.
+the flag parser checks flags (types, enum values, bounds), with one line
+naming the option.
 
-`AUTOTUNE_FLAGS=--help` lists every flag with its help text where the flags
-are read (the run stops there, as on a bad flag); `python3 -m
+`AUTOTUNE_FLAGS=--help` prints every flag with its help text on stdout and
+exits with status 0 as soon as `autotune` is imported; `python3 -m
 autotune.flags` prints the same list. An unknown flag is named with the
 closest known one.
 

@@ -98,10 +98,28 @@ def configure_offline(workspace):
                    check=True, capture_output=True)
 
 
+LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
+TEST_COMMANDS = ("test", "coverage")
+
+
+def lock_dir_args(args, env=None):
+    """`args` with the caller's AUTOTUNE_LOCK_DIR passed to the tests a
+    `bazel test` starts (and made writable in their sandbox): the tests
+    take their device locks and slots where the caller does, not in the
+    host-wide directory, unless the arguments name one already."""
+    env = os.environ if env is None else env
+    directory = env.get(LOCK_DIR_ENV)
+    if not directory or not args or args[0] not in TEST_COMMANDS or any(
+            a.startswith(f"--test_env={LOCK_DIR_ENV}") for a in args):
+        return list(args)
+    return [args[0], f"--test_env={LOCK_DIR_ENV}={directory}",
+            f"--sandbox_writable_path={directory}"] + list(args[1:])
+
+
 def bazel(workspace, args, bazel_bin=None, check=False):
     bazel_bin = bazel_bin or os.environ.get("BAZEL", "bazel")
-    return subprocess.run([bazel_bin] + args, cwd=workspace, text=True,
-                          capture_output=True, check=check)
+    return subprocess.run([bazel_bin] + lock_dir_args(args), cwd=workspace,
+                          text=True, capture_output=True, check=check)
 
 
 def test_log(workspace, target, shard=None):

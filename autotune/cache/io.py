@@ -159,13 +159,13 @@ def stats(entries, path):
     stamps = sorted(e.provenance.timestamp for e in entries
                     if e.provenance.timestamp)
     remote = getattr(entries, "info", None)
+    dangling = 0
     if remote is not None:
         size = remote["bytes"]
     elif getattr(entries, "size", None) is not None:
         size = entries.size
     elif os.path.isdir(path):
-        size = sum(os.path.getsize(os.path.join(path, n))
-                   for n in os.listdir(path))
+        size, dangling = _directory_bytes(path)
     else:
         size = os.path.getsize(path)
     return {"path": path, "entries": len(entries), "bytes": size,
@@ -174,4 +174,21 @@ def stats(entries, path):
             "by_triton_version": dict(sorted(by_triton.items())),
             "oldest": stamps[0] if stamps else None,
             "newest": stamps[-1] if stamps else None,
-            **({"remote": remote} if remote is not None else {})}
+            **({"remote": remote} if remote is not None else {}),
+            **({"dangling_links": dangling} if dangling else {})}
+
+
+def _directory_bytes(path):
+    """(bytes of the files in a per-fusion directory, dangling links
+    skipped). The runtime moves a bad entry aside as NAME.corrupt-*; when
+    the entry was a symbolic link, the link is moved and may name nothing."""
+    size = dangling = 0
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        try:
+            size += os.path.getsize(full)
+        except FileNotFoundError:
+            # A link to nothing, or a file gone since the listing (a
+            # temporary file renamed into place).
+            dangling += os.path.islink(full)
+    return size, dangling

@@ -108,10 +108,12 @@ def cmd_show(args):
         entries = read_cache(path, parse_all=True)
         info = stats(entries, path)
         if args.entries:
+            from autotune.report.summary import entry_sort_key  # n=50, 100
             info["list"] = [{"device": e.key.device, "kernel": e.key.kernel,
                              "signature": e.key.signature,
                              "best": e.best.short(),
-                             "run_time_us": e.run_time_us} for e in entries]
+                             "run_time_us": e.run_time_us}
+                            for e in sorted(entries, key=entry_sort_key)]
         out.append(info)
     if args.json:
         print(json.dumps(out if len(out) > 1 else out[0], indent=2))
@@ -122,6 +124,9 @@ def cmd_show(args):
         print(printable(f"{info['path']}: {info['entries']} entries, "
                         f"{info['bytes']} bytes; oldest {info['oldest']}, "
                         f"newest {info['newest']}"))
+        if info.get("dangling_links"):
+            print(f"  skipped {info['dangling_links']} dangling link(s) "
+                  "(entries moved aside as .corrupt-*, naming nothing)")
         for title, key in (("device", "by_device"), ("kernel", "by_kernel"),
                            ("triton", "by_triton_version")):
             for name, count in info[key].items():
@@ -654,8 +659,17 @@ def build_parser():
 
     p = sub.add_parser("verify", help="schema, versions, duplicates, file "
                        "names; with --kernel_module, stale fingerprints")
-    p.add_argument("paths", nargs="+")
-    p.add_argument("--kernel_module", action="append", default=[])
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="results files (text or binary), per-fusion cache "
+                   "directories or remote namespaces "
+                   "(redis://HOST:PORT/DB?prefix=NAME) to check")
+    p.add_argument("--kernel_module", action="append", default=[],
+                   metavar="MODULE",
+                   help="a Python module (dotted name, for example "
+                   "mykernels.softmax) whose tuned kernels are the tree's: "
+                   "entries whose kernel fingerprint is not theirs are "
+                   "reported stale; may be repeated. Imported from the "
+                   "current directory and the Bazel workspace around it")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("rekey", help="move entries to the current "

@@ -47,6 +47,7 @@ shares with others); the command names it and exits 1. Exit 2: bad usage,
 or bazel itself could not run.
 """
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -62,10 +63,9 @@ from autotune.errors import RegenerateError, ToolError
 from autotune import codec
 from autotune.codec import CacheFileError
 from autotune.cache import update as cache_update
-from autotune.cli import cache_tool
 from autotune.cli.cache_tool import WORKSPACE_MARKERS, find_workspace
 from autotune.flags import RETUNE_ENV_VAR
-from autotune.report import page
+from autotune.report import page, summary
 
 from autotune.contract import (CACHE_TAG_PREFIX as CACHE_TAG,
                                DUMP_FILE, DUMP_SUFFIX, DUMP_TAG,
@@ -335,25 +335,49 @@ def regenerate_cache(cache, dumps, workspace):
         print("regenerate: " + line)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     written = codec.dump_results(merged.entries, path)
-    diff = cache_tool.Diff(old, merged.entries)
-    added, removed, changed = diff.counts()
+    # By fusion: an edited kernel's fusions are re-tuned, not added and
+    # removed; a changed winner is compared with the old one measured in
+    # this run when it was.
+    changes = summary.CacheChanges(old, merged.entries)
     sources = ", ".join(t for t, _, _ in dumps)
-    print(f"regenerate: {cache}: {len(merged.entries)} entries; {added} added,"
-          f" {removed} removed, {changed} changed"
+    print(f"regenerate: {cache}: {len(merged.entries)} entries; "
+          f"{changes.headline()}"
           + ("" if written else "; file unchanged")
           + (f" (from {sources})" if len(dumps) > 1 else ""))
-    for line in diff.lines(limit=20):
+    for line in changes.lines(limit=20):
         print("  " + line)
-    if merged.removed:
-        print(f"  ({len(merged.removed)} removed: no dump produced them on "
+    # Entries of an edited kernel's old fingerprint were replaced (counted
+    # as re-tuned or changed): only fusions gone altogether are removed.
+    gone = set(changes.removed)
+    removed = [e for e in merged.removed if summary.fusion_of(e.key) in gone]
+    if removed:
+        print(f"  ({len(removed)} removed: no dump produced them on "
               "this device any more)")
     return old, merged.entries
 
 
-def write_report_page(pages):
+REPORT_PAGE_NAME = "autotune_regenerate_report.html"
+
+
+def report_page_path(workspace=None):
+    """Where the run's report page goes: next to the dump targets' outputs
+    in the workspace's bazel-testlogs, else one file per workspace in the
+    system temp directory; either way the latest run's page replaces the
+    one before (a run leaves no new file behind)."""
+    logs = os.path.join(workspace, "bazel-testlogs") if workspace else None
+    if logs and os.path.isdir(logs):
+        return os.path.join(logs, REPORT_PAGE_NAME)
+    tag = hashlib.sha256(os.path.abspath(workspace or os.getcwd()).encode()
+                         ).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(),
+                        f"autotune_regenerate_{os.getuid()}_{tag}.html")
+
+
+def write_report_page(pages, workspace=None):
     """One report page for the whole run: every regenerated cache, compared
     with what the files held before. pages: [(cache, old, new)]. Returns
-    its path, or None (no matplotlib: a one-line note instead)."""
+    its path (report_page_path), or None (no matplotlib: a one-line note
+    instead)."""
     try:
         page.require_matplotlib()
     except ToolError:
@@ -364,10 +388,8 @@ def write_report_page(pages):
                            base_name="the caches before this run",
                            title="Regenerated autotune caches: " + ", ".join(
                                cache for cache, _, _ in pages))
-    fd, path = tempfile.mkstemp(prefix="autotune_regenerate_",
-                                suffix=".html")
-    with os.fdopen(fd, "wb") as f:
-        f.write(text.encode())
+    path = report_page_path(workspace)
+    codec.atomic_write(path, text.encode())
     print(f"regenerate: report page {path}")
     return path
 
@@ -510,7 +532,7 @@ def write_results(targets, results, workspace, regenerated):
             failed.append(cache)
             print(f"regenerate: FAILED writing {cache}: {e}")
     if pages:
-        write_report_page(pages)
+        write_report_page(pages, workspace)
     if failed:
         print(f"regenerate: {len(failed)} failure(s): " + ", ".join(failed))
         return 1

@@ -35,6 +35,7 @@ import os
 import re
 import socket
 import stat
+import threading
 import time
 
 from autotune import log as logs
@@ -217,6 +218,56 @@ def holder_of(path):
     return int(text) if re.fullmatch(rb"[0-9]{1,10}", text) else None
 
 
+# Under `bazel test` (TEST_TIMEOUT set), a wait still going on when this
+# share of the test's timeout has passed is said to be what will time it
+# out: the test log would otherwise end at the wait line, and a timeout
+# reads as slow tuning.
+TIMEOUT_WARNING_SHARE = 0.85
+
+
+def process_age_s():
+    """Seconds since this process started (Linux), or None."""
+    try:
+        with open("/proc/self/stat") as f:
+            # Field 22, starttime, counted after the ")" closing field 2.
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _timeout_warning(lock, holder, start, env=None):
+    """A started timer that logs, close to the test's timeout, that the
+    wait for `lock` is what will end the test; None outside a test that
+    has a timeout."""
+    env = os.environ if env is None else env
+    try:
+        timeout = float(env.get("TEST_TIMEOUT", ""))
+    except ValueError:
+        return None
+    if not timeout > 0:
+        return None
+    age = process_age_s() or 0.0
+    delay = max(0.0, timeout * TIMEOUT_WARNING_SHARE - age)
+
+    def warn():
+        waited = time.monotonic() - start
+        log.warning(
+            f"autotune: still waiting for {lock.what} after {waited:.0f} s, "
+            "held by " + (f"pid {holder}" if holder else "another process")
+            + f" ({lock.path}); this test times out after {timeout:.0f} s "
+            "(TEST_TIMEOUT): the wait for the device, not tuning, is what "
+            "will time it out. Give the dump target a longer timeout "
+            "(timeout = \"long\", or --test_timeout; docs/bazel.md) or free "
+            "the device.")
+    timer = threading.Timer(delay, warn)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 class FileLock:
     """An exclusive flock on one file; acquire() blocks, logging once (with
     the holder's pid) when it has to wait. Returns the seconds waited."""
@@ -255,12 +306,17 @@ class FileLock:
                      + (f"pid {holder}" if holder else "another process")
                      + f" ({self.path})")
         fd = self._open()
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                break
-            except InterruptedError:
-                continue
+        warning = _timeout_warning(self, holder, start)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    break
+                except InterruptedError:
+                    continue
+        finally:
+            if warning is not None:
+                warning.cancel()
         self._took(fd)
         return time.monotonic() - start
 

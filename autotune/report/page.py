@@ -29,9 +29,10 @@ DEFAULT_MAX_CHARTS = 200
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-table { border-collapse: collapse; margin: .5em 0; }
+table { border-collapse: collapse; margin: .5em 0; max-width: 100%; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left;
          vertical-align: top; }
+td.num, th { white-space: nowrap; }
 th { background: #f0f0f0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.winner td { font-weight: 600; }
@@ -41,7 +42,7 @@ tr.failed td { color: #a00; }
 figure.fusion-chart { margin: 1em 0 2em; border-top: 1px solid #ddd; }
 figure.fusion-chart figcaption { font-weight: 600; margin: .4em 0; }
 figure.fusion-chart svg { max-width: 100%; height: auto; }
-code { font-size: 92%; }
+code { font-size: 92%; overflow-wrap: anywhere; }
 """
 
 
@@ -55,28 +56,19 @@ def require_matplotlib():
     return matplotlib
 
 
-def fusion_id(key):
-    return key.device, key.kernel, key.signature
-
-
-class Comparison:
+class Comparison(summary.CacheChanges):
     """A base cache against the new one, by fusion (device, kernel,
-    signature)."""
+    signature); `base` is the old side."""
 
     def __init__(self, base, new):
-        self.base = {fusion_id(e.key): e for e in base}
-        self.new = {fusion_id(e.key): e for e in new}
+        super().__init__(base, new)
+        self.base = self.old
         base_devices = {e.key.device for e in base}
         new_devices = {e.key.device for e in new}
         self.other_device = bool(base_devices and new_devices and
                                  not base_devices & new_devices)
         self.base_devices = sorted(base_devices)
         self.new_devices = sorted(new_devices)
-        both = self.base.keys() & self.new.keys()
-        self.changed = sorted(k for k in both
-                              if self.base[k].best != self.new[k].best)
-        self.added = sorted(self.new.keys() - self.base.keys())
-        self.removed = sorted(self.base.keys() - self.new.keys())
 
     def device_note(self):
         return (f"the base is for {', '.join(self.base_devices)}; these "
@@ -84,11 +76,7 @@ class Comparison:
                 "device, so no entry is compared")
 
 
-def _us(value):
-    if value is None:
-        return "-"
-    return f"{value / 1000.0:.3f} ms" if value < 1e6 else \
-        f"{value / 1e6:.3f} s"
+_us = summary.format_time
 
 
 def _esc(text):
@@ -107,6 +95,34 @@ def chart_svg(record, matplotlib_module=None, salt="fusion"):
     with their failure kind."""
     if matplotlib_module is None:
         matplotlib_module = require_matplotlib()
+    # Text as SVG text, not glyph outlines (several times smaller), and no
+    # timestamp or random ids, so the same cache gives the same page.
+    # The salt makes the SVG's element ids unique on the page (several
+    # charts share one HTML document) and the same on every build. Labels
+    # are plain text: a config's string value may hold `$`, which
+    # matplotlib would otherwise read as mathtext (and fail on). Text
+    # objects read text.parse_math when they are made, so the settings
+    # hold while the chart is built, not only while it is saved.
+    with matplotlib_module.rc_context({"svg.fonttype": "none",
+                                       "svg.hashsalt": salt,
+                                       "text.parse_math": False,
+                                       "text.usetex": False,
+                                       "font.family": "sans-serif",
+                                       "font.sans-serif": ["DejaVu Sans"]}):
+        text = _draw_chart(record)
+    # Inline in HTML: no XML prolog, DOCTYPE or metadata block, and the
+    # pretty-printing whitespace collapsed (a third of the bytes).
+    text = text[text.index("<svg"):]
+    text = _METADATA.sub("", text)
+    # matplotlib names its groups figure_1, axes_1, ... in every chart:
+    # nothing refers to them, and repeated they would be duplicate ids.
+    text = _GROUP_ID.sub("<g", text)
+    return _INDENT.sub("\n", text)
+
+
+def _draw_chart(record):
+    """The SVG text of one chart (see chart_svg), drawn under the
+    caller's matplotlib settings."""
     from matplotlib.figure import Figure
     rows = record["candidates"]
     height = 0.7 + 0.2 * max(len(rows), 1)
@@ -150,24 +166,8 @@ def chart_svg(record, matplotlib_module=None, salt="fusion"):
     ax.tick_params(axis="x", labelsize=7)
     ax.set_xlim(0, top * 1.08)
     out = io.StringIO()
-    # Text as SVG text, not glyph outlines (several times smaller), and no
-    # timestamp or random ids, so the same cache gives the same page.
-    # The salt makes the SVG's element ids unique on the page (several
-    # charts share one HTML document) and the same on every build.
-    with matplotlib_module.rc_context({"svg.fonttype": "none",
-                                       "svg.hashsalt": salt,
-                                       "font.family": "sans-serif",
-                                       "font.sans-serif": ["DejaVu Sans"]}):
-        fig.savefig(out, format="svg", metadata={"Date": None})
-    text = out.getvalue()
-    # Inline in HTML: no XML prolog, DOCTYPE or metadata block, and the
-    # pretty-printing whitespace collapsed (a third of the bytes).
-    text = text[text.index("<svg"):]
-    text = _METADATA.sub("", text)
-    # matplotlib names its groups figure_1, axes_1, ... in every chart:
-    # nothing refers to them, and repeated they would be duplicate ids.
-    text = _GROUP_ID.sub("<g", text)
-    return _INDENT.sub("\n", text)
+    fig.savefig(out, format="svg", metadata={"Date": None})
+    return out.getvalue()
 
 
 def _candidate_table(record):
@@ -213,35 +213,44 @@ def _summary_table(records, anchors):
     return "".join(out)
 
 
-def _pct(old, new):
-    if not old or new is None:
+def _pct(change):
+    """The change column: the new winner against the old one measured in
+    the same run when it was, else against its stored time, marked as a
+    comparison across runs."""
+    pct = change["pct"]
+    if pct is None:
         return ""
-    pct = (new - old) / old * 100.0
     css = "faster" if pct < 0 else "slower"
-    return f'<span class="{css}">{pct:+.1f}%</span>'
+    across = "" if change["same_run"] else " <small>across runs</small>"
+    return f'<span class="{css}">{pct:+.1f}%</span>{across}'
 
 
 def _comparison_html(comparison):
     if comparison.other_device:
         return f'<p class="note">--base: {_esc(comparison.device_note())}</p>'
+    retuned = len(comparison.retuned)
     parts = [f"<h2>Against the base: {len(comparison.changed)} winner(s) "
              f"changed, {len(comparison.added)} added, "
-             f"{len(comparison.removed)} removed</h2>"]
+             f"{len(comparison.removed)} removed"
+             + (f", {retuned} re-tuned (kernel changed), winner(s) "
+                "unchanged" if retuned else "") + "</h2>"]
     if comparison.changed:
         parts.append('<table id="changed"><tr><th>kernel</th>'
-                     "<th>signature</th><th>old winner</th><th>old time</th>"
-                     "<th>new winner</th><th>new time</th><th>change</th>"
+                     "<th>signature</th><th>old winner</th><th>old time "
+                     "(stored)</th><th>new winner</th><th>new time</th>"
+                     "<th>change</th><th>compared</th>"
                      "<th>new winner: why</th></tr>")
         for fid in comparison.changed:
             old, new = comparison.base[fid], comparison.new[fid]
             _, text = summary.winner_reason(new)
+            change = comparison.change(fid)
             parts.append(
                 f"<tr><td>{_esc(fid[1])}</td><td><code>{_esc(fid[2])}"
                 f"</code></td><td><code>{_esc(old.best.short())}</code></td>"
                 f'<td class="num">{_us(old.run_time_us)}</td><td><code>'
                 f"{_esc(new.best.short())}</code></td><td class=\"num\">"
                 f"{_us(new.run_time_us)}</td><td class=\"num\">"
-                f"{_pct(old.run_time_us, new.run_time_us)}</td>"
+                f"{_pct(change)}</td><td>{_esc(change['text'])}</td>"
                 f"<td>{_esc(text)}</td></tr>")
         parts.append("</table>")
     for title, keys, side, css in (("Added", comparison.added,

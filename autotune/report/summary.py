@@ -10,6 +10,9 @@ the incumbent or as a smaller config the fastest could not beat head to
 head by the rule's margin; the stored times are those the selection saw
 (duelled candidates carry the median of all their timings).
 """
+import re
+
+from autotune.errors import CacheFileError
 from autotune.log import printable
 from autotune.records import DEFAULT_RULE
 
@@ -96,8 +99,17 @@ def fusion_record(key, entry=None, **extra):
     if entry is None:
         record.update(best=None, candidates=[])
         return record
-    kind, text = winner_reason(entry)
-    prov = entry.provenance
+    try:
+        # Candidates and provenance are decoded here, on first use: a
+        # malformed one is reported on the record, for the run's summary to
+        # name, instead of failing a run whose kernels all worked.
+        kind, text = winner_reason(entry)
+        prov = entry.provenance
+        rows = candidate_rows(entry)
+    except CacheFileError as e:
+        record.update(best=entry.best.short(), run_time_us=entry.run_time_us,
+                      candidates=[], error=entry_error(key, e))
+        return record
     record.update(
         best=entry.best.short(), run_time_us=entry.run_time_us,
         timing_spread=prov.timing_spread or None,
@@ -109,7 +121,7 @@ def fusion_record(key, entry=None, **extra):
         # winner's (None for entries that did not record it).
         speedup_over_default=_rounded(prov.speedup(entry.run_time_us)),
         method=prov.method or None,
-        candidates=candidate_rows(entry))
+        candidates=rows)
     return record
 
 
@@ -117,8 +129,150 @@ def _rounded(value):
     return None if value is None else round(value, 3)
 
 
+# The codec names the entry by the fields of the message it decodes; a
+# lazily decoded part holds no key fields, so the name is blank there.
+_CODEC_ENTRY_PREFIX = re.compile(r"^entry for kernel [^\[]*\[[^\]]*\]: ")
+
+
+def entry_error(key, error):
+    """One line naming the file and the entry a CacheFileError is about."""
+    reason = _CODEC_ENTRY_PREFIX.sub("", str(error.reason))
+    return (f"{error.path}: entry {key.kernel} [{key.signature}] on "
+            f"{key.device}: {reason}")
+
+
 def fusion_records(entries, kernel=None):
-    """Records of the entries (of one kernel name when given), sorted."""
+    """Records of the entries (of one kernel name when given), sorted
+    naturally (numbers by value)."""
     chosen = [e for e in entries if kernel is None or e.key.kernel == kernel]
-    chosen.sort(key=lambda e: (e.key.device, e.key.kernel, e.key.signature))
+    chosen.sort(key=entry_sort_key)  # n=50 before n=100
     return [fusion_record(e.key, e) for e in chosen]
+
+
+# -- natural order --------------------------------------------------------
+
+_NUMBER = re.compile(r"(\d+)")
+
+
+def natural_key(text):
+    """Sorts numbers inside text by value: n_cols=50 before n_cols=100."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in _NUMBER.split(str(text)) if part)
+
+
+def fusion_of(key):
+    """A fusion as a reviewer sees it: (device, kernel, signature); an
+    edited kernel has a new fingerprint but is the same fusion."""
+    return key.device, key.kernel, key.signature
+
+
+def fusion_sort_key(fusion):
+    return tuple(natural_key(part) for part in fusion)
+
+
+def entry_sort_key(entry):
+    return fusion_sort_key(fusion_of(entry.key))
+
+
+# -- what changed between two caches ----------------------------------------
+
+def format_time(us):
+    if us is None:
+        return "-"
+    return f"{us / 1000.0:.3f} ms" if us < 1e6 else f"{us / 1e6:.3f} s"
+
+
+def winner_change(old, new):
+    """The new winner of a fusion against the old one: measured in the same
+    run when the new entry's candidates hold the old winner (the incumbent
+    is measured under --retune and in every update where it is a
+    candidate), else the old winner's stored time, from another run (and
+    another load). Returns {"pct", "same_run", "old_now_us",
+    "old_stored_us", "new_us", "text"}."""
+    stored, now = old.run_time_us, new.run_time_us
+    try:
+        measured = [c.run_time_us for c in new.candidates
+                    if c.ok and c.config == old.best and c.run_time_us]
+    except CacheFileError:
+        measured = []
+    if measured:
+        old_now = measured[0]
+        pct = (now - old_now) / old_now * 100.0
+        text = (f"{pct:+.1f}% in one run (stored {format_time(stored)} "
+                f"then; old {format_time(old_now)} -> new "
+                f"{format_time(now)} now)")
+        return {"pct": pct, "same_run": True, "old_now_us": old_now,
+                "old_stored_us": stored, "new_us": now, "text": text}
+    pct = (now - stored) / stored * 100.0 if stored else None
+    text = ((f"{pct:+.1f}% " if pct is not None else "")
+            + f"across runs (old {format_time(stored)} stored then -> new "
+            f"{format_time(now)} now; the old winner was not measured in "
+            "this run)")
+    return {"pct": pct, "same_run": False, "old_now_us": None,
+            "old_stored_us": stored, "new_us": now, "text": text}
+
+
+class CacheChanges:
+    """A cache against its earlier contents, by fusion (fusion_of): added,
+    removed, winner changed, and re-tuned (a new kernel fingerprint or key
+    version, the same winner). Lists in natural order."""
+
+    def __init__(self, old, new):
+        self.old = {fusion_of(e.key): e for e in old}
+        self.new = {fusion_of(e.key): e for e in new}
+        both = self.old.keys() & self.new.keys()
+        order = fusion_sort_key
+        self.added = sorted(self.new.keys() - self.old.keys(), key=order)
+        self.removed = sorted(self.old.keys() - self.new.keys(), key=order)
+        self.changed = sorted((f for f in both
+                               if self.old[f].best != self.new[f].best),
+                              key=order)
+        self.retuned = sorted((f for f in both
+                               if self.old[f].best == self.new[f].best and
+                               self.old[f].key != self.new[f].key),
+                              key=order)
+
+    def __bool__(self):
+        return bool(self.added or self.removed or self.changed or
+                    self.retuned)
+
+    def headline(self):
+        """"A added, R removed, C changed" and, when fusions were tuned
+        again for an edited kernel and kept their winners, how many."""
+        line = (f"{len(self.added)} added, {len(self.removed)} removed, "
+                f"{len(self.changed)} changed")
+        if self.retuned:
+            n = len(self.retuned)
+            line += (f"; {n} re-tuned (kernel changed), "
+                     f"{'winners' if n > 1 else 'winner'} unchanged")
+        return line
+
+    def change(self, fusion):
+        return winner_change(self.old[fusion], self.new[fusion])
+
+    def lines(self, limit=None):
+        """One line per added, removed, changed and re-tuned fusion; past
+        `limit`, a last line counting the rest."""
+        def name(f):
+            return f"{f[1]} [{f[2]}] on {f[0]}"
+
+        def generate():
+            for f in self.added:
+                yield f"+ {name(f)}: {self.new[f].best.short()}"
+            for f in self.removed:
+                yield f"- {name(f)}: {self.old[f].best.short()}"
+            for f in self.changed:
+                yield (f"~ {name(f)}: {self.old[f].best.short()} -> "
+                       f"{self.new[f].best.short()} ({self.change(f)['text']})")
+            for f in self.retuned:
+                yield (f"= {name(f)}: {self.new[f].best.short()} (re-tuned: "
+                       "kernel changed, winner unchanged)")
+        total = (len(self.added) + len(self.removed) + len(self.changed) +
+                 len(self.retuned))
+        out = []
+        for line in generate():
+            if limit is not None and len(out) >= limit:
+                out.append(f"... and {total - limit} more")
+                break
+            out.append(line)
+        return out

@@ -664,7 +664,7 @@ class Session:
             log.warning(f"autotune: warning: no report page next to {dump}: "
                         f"{type(e).__name__}: {e}")
             return
-        log.info(f"autotune: report page {path}")
+        log.info(f"autotune: report page {_testlogs_path(path)}")
 
     def fusion_records(self):
         """Every fusion this run met, with its candidates (the schema of
@@ -725,6 +725,25 @@ class Session:
             if report_path:
                 codec.atomic_write(report_path, json.dumps(
                     self.report(), indent=2, sort_keys=True).encode() + b"\n")
+
+
+def _testlogs_path(path, env=None):
+    """How to find a file of TEST_UNDECLARED_OUTPUTS_DIR after the test:
+    under `bazel test` (TEST_TARGET set) the sandbox path is gone once the
+    test ends, and Bazel keeps the directory under bazel-testlogs (zipped
+    into outputs.zip before Bazel 8)."""
+    env = os.environ if env is None else env
+    target = env.get("TEST_TARGET", "")
+    repo, slashes, rest = target.partition("//")
+    package, colon, name = rest.partition(":")
+    if not slashes or not colon or not name:
+        return path
+    repo = repo.lstrip("@")
+    parts = (["external", repo] if repo else []) + \
+        ([package] if package else []) + [name]
+    outputs = "bazel-testlogs/" + "/".join(parts) + "/test.outputs"
+    return (f"{outputs}/{os.path.basename(path)} once the test is done (in "
+            f"{outputs}/outputs.zip before Bazel 8; written to {path})")
 
 
 def _page_path(dump):
