@@ -17,6 +17,7 @@ import textwrap
 
 from absl import flags as absl_flags
 
+from autotune.contract import REGENERATE_COMMAND
 from autotune.errors import AutotuneFlagsError
 from autotune.log import redact_text
 
@@ -382,7 +383,6 @@ def exit_if_bazel_cache_missing(options, env):
     is first needed."""
     if not env.get("TEST_TARGET"):
         return
-    from autotune.contract import REGENERATE_COMMAND
     root = os.path.join(env.get("TEST_SRCDIR", ""),
                         env.get("TEST_WORKSPACE", "")) + os.sep
     for given in split_list(options.load_autotune_results_from):

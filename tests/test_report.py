@@ -450,8 +450,7 @@ def test_dump_target_page_draws_dollar_signs_as_plain_text(
 
 def test_regenerate_page_draws_dollar_signs_as_plain_text(tmp_path, capsys,
                                                           monkeypatch):
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import regenerate
+    regenerate = regenerate_module()
     monkeypatch.setattr(regenerate.tempfile, "tempdir", str(tmp_path))
     path = regenerate.write_report_page(
         [("testdata/d.textproto", [], dollar_entries())])
@@ -532,8 +531,7 @@ def test_page_change_column_uses_the_same_run(tmp_path):
 
 
 def regenerate_module():
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import regenerate
+    from autotune.cli import regenerate
     return regenerate
 
 
