@@ -166,11 +166,12 @@ class TritonSide:
 # -- this project's tuner ----------------------------------------------------
 
 class OurSide:
-    def __init__(self):
+    def __init__(self, contest=None):
         import torch
         from autotune.measure import backends, tuner
         self.torch = torch
         self.tuner = tuner
+        self.contest = tuner.DEFAULT_CONTEST._replace(**(contest or {}))
         self.backends = backends
         self.y = torch.zeros(4)
 
@@ -197,7 +198,8 @@ class OurSide:
         try:
             evaluator = self.tuner.CandidateEvaluator(self.backend(), launch,
                                                       {"y": y})
-            result = self.tuner.run_candidates(evaluator, configs)
+            result = self.tuner.run_candidates(evaluator, configs,
+                                               contest_rule=self.contest)
         finally:
             triton.testing.do_bench = saved
         return result.best.config
@@ -270,7 +272,12 @@ def main(argv=None):
                         help="per cent noise of a default do_bench call")
     parser.add_argument("--profiles", default="near-tie,clear-winner")
     parser.add_argument("--no_weak_spot", action="store_true")
+    parser.add_argument("--contest", default="",
+                        help="NAME=VALUE,... fields of tuner.ContestRule to "
+                        "try instead of the defaults")
     args = parser.parse_args(argv)
+    contest = {k: float(v) for k, v in (
+        item.split("=") for item in args.contest.split(",") if item)}
     counts = [int(x) for x in args.configs.split(",")]
     noises = [float(x) for x in args.noise.split(",")]
     started = time.time()
@@ -293,7 +300,7 @@ def main(argv=None):
             sizes = {c: i for i, c in enumerate(
                 sorted(configs, key=lambda c: c.sort_key))}
             triton_side = TritonSide(configs)
-            ours = OurSide()
+            ours = OurSide(contest)
             for noise in noises:
                 rows = run_row(profile, n, noise, args.draws, triton_side,
                                ours, configs, sizes)
@@ -314,7 +321,7 @@ def main(argv=None):
         sizes = {c: i for i, c in enumerate(
             sorted(configs, key=lambda c: c.sort_key))}
         triton_side = TritonSide(configs)
-        ours = OurSide()
+        ours = OurSide(contest)
         for noise in noises:
             rows = run_row("smaller-8%-slower", 8, noise, args.draws,
                            triton_side, ours, configs, sizes)
