@@ -234,10 +234,13 @@ class Row:
         return sum(self.agree) / len(self.agree)
 
 
-def run_row(profile, n, noise, draws, triton_side, ours, configs, sizes):
+def run_row(profile, n, noise, draws, triton_side, ours, configs, sizes,
+            seed=0):
     rows = {"triton": Row(), "ours": Row()}
     relative = profile_times(profile, n)
     for draw in range(draws):
+        if seed:
+            draw = f"{seed}:{draw}"
         rng = random.Random(f"{profile}/{n}/{noise}/{draw}")
         if profile == "smaller-8%-slower":
             # The smallest config 8 % slower; the fastest a larger one.
@@ -272,6 +275,8 @@ def main(argv=None):
                         help="per cent noise of a default do_bench call")
     parser.add_argument("--profiles", default="near-tie,clear-winner")
     parser.add_argument("--no_weak_spot", action="store_true")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="another set of draws (0: the documented one)")
     parser.add_argument("--contest", default="",
                         help="NAME=VALUE,... fields of tuner.ContestRule to "
                         "try instead of the defaults")
@@ -303,7 +308,7 @@ def main(argv=None):
             ours = OurSide(contest)
             for noise in noises:
                 rows = run_row(profile, n, noise, args.draws, triton_side,
-                               ours, configs, sizes)
+                               ours, configs, sizes, args.seed)
                 t, o = rows["triton"], rows["ours"]
                 results.append((profile, n, noise, t, o))
                 print(f"{profile:<13} {n:>3} {noise:>4g}% | "
@@ -324,7 +329,7 @@ def main(argv=None):
         ours = OurSide(contest)
         for noise in noises:
             rows = run_row("smaller-8%-slower", 8, noise, args.draws,
-                           triton_side, ours, configs, sizes)
+                           triton_side, ours, configs, sizes, args.seed)
             t, o = rows["triton"], rows["ours"]
             print(f"  noise {noise:g}%: Triton {100 * t.picked():5.1f}%, "
                   f"ours {100 * o.picked():5.1f}% (cost {t.cost():.0f} / "
