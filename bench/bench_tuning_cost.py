@@ -45,6 +45,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 # Triton's kernel is a JITFunction (the launch stubbed at JITFunction.run),
 # not the interpreter's stand-in that `import autotune` asks for without a
 # GPU; no kernel of this project runs here.
@@ -267,6 +268,15 @@ def run_row(profile, n, noise, draws, triton_side, ours, configs, sizes,
     return rows
 
 
+def regret_test(ours, triton):
+    """'p=... ours ahead/behind' (two-sided Mann-Whitney U on regrets)."""
+    from bench_search import mann_whitney
+    p, sign = mann_whitney(ours.regrets, triton.regrets)
+    if sign == 0 or p >= 0.05:
+        return f"p={p:.2g} (n.s.)"
+    return f"p={p:.2g} ours {'ahead' if sign < 0 else 'behind'}"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=200)
@@ -291,13 +301,15 @@ def main(argv=None):
           "do_bench call); picked: share of tunes that picked the fastest; "
           "regret: picked / fastest true time, mean and p95; agree: share "
           "of draws whose two tunes picked the same config")
+    print("regret U: two-sided Mann-Whitney U of the two tuners' regrets "
+          "(bench_search.mann_whitney), p and which is ahead")
     head = (f"{'profile':<13} {'n':>3} {'noise':>5} | {'cost ms':>15} "
             f"{'ratio':>5} | {'picked':>11} | {'mean regret':>13} | "
-            f"{'p95 regret':>13} | {'agree':>11}")
+            f"{'p95 regret':>13} | {'agree':>11} | regret U")
     print(head)
     print(f"{'':<23} | {'Triton   ours':>15} {'':>5} | {'Triton ours':>11} "
           f"| {'Triton  ours':>13} | {'Triton  ours':>13} | "
-          f"{'Triton ours':>11}")
+          f"{'Triton ours':>11} |")
     results = []
     for profile in args.profiles.split(","):
         for n in counts:
@@ -317,8 +329,8 @@ def main(argv=None):
                       f"{100 * t.picked():5.1f} {100 * o.picked():5.1f} | "
                       f"{t.regret():6.4f} {o.regret():6.4f} | "
                       f"{t.p95():6.4f} {o.p95():6.4f} | "
-                      f"{100 * t.agreement():5.1f} {100 * o.agreement():5.1f}",
-                      flush=True)
+                      f"{100 * t.agreement():5.1f} {100 * o.agreement():5.1f}"
+                      f" | {regret_test(o, t)}", flush=True)
     if not args.no_weak_spot:
         print("\nthe smallest config 8 % slower than the fastest (8 configs, "
               "the rest 1.3-2.0x): share of tunes that pick the fastest")
