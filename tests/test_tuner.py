@@ -203,3 +203,33 @@ def test_contest_weighs_a_call_by_the_share_it_asked_for():
     board.add(a, backends.Timing([200.0], share=0.1))
     best, gaps, _ = board.standing([a, b])
     assert best == a and gaps[b][0] > 0
+
+
+def test_configs_the_interpreter_runs_alike_go_to_the_smallest():
+    """The interpreter ignores num_warps and num_stages: configs that differ
+    only there run the same code, whatever their timings say."""
+    times = {}
+    rng = random.Random(0)
+    y = torch.zeros(4)
+    small = Config({"BLOCK": 32}, num_warps=2, num_stages=2)
+    alike = [small, Config({"BLOCK": 32}, num_warps=4, num_stages=2),
+             Config({"BLOCK": 32}, num_warps=8, num_stages=3)]
+    slower = Config({"BLOCK": 64}, num_warps=2, num_stages=2)
+
+    class Wallclock(backends.InterpreterBackend):
+        def time(self, run, setup=None):
+            run()
+            # The same code: 100 us with 10 % noise per timing.
+            base = 150.0 if times["current"] == slower else 100.0
+            return backends.Timing([base * rng.lognormvariate(0.0, 0.1)
+                                    for _ in range(3)])
+
+    def launch(config):
+        times["current"] = config
+        y.fill_(1.0)
+    picks = []
+    for _ in range(30):
+        evaluator = tuner.CandidateEvaluator(Wallclock(), launch, {"y": y})
+        picks.append(tuner.run_candidates(evaluator, alike[::-1] + [slower])
+                     .best.config)
+    assert picks == [small] * 30

@@ -157,6 +157,10 @@ class Backend:
     # full call's warm-up and repetition time (the tuner screens with
     # short calls where it can).
     scalable = False
+    # Config fields this backend's runs do not depend on: configs that
+    # differ only in them run the same code, and the tuner times them as
+    # one (the smallest of them wins for all).
+    ignored_config_fields = ()
 
     @property
     def device(self):
@@ -186,6 +190,10 @@ class InterpreterBackend(Backend):
     interpreted launch costs milliseconds to seconds."""
 
     name = "interpreter"
+    # The interpreter runs a kernel's Python with numpy: launch parameters
+    # change nothing.
+    ignored_config_fields = ("num_warps", "num_stages", "num_ctas",
+                             "maxnreg", "ir_override")
 
     def __init__(self, warmup=0, repetitions=3):
         self.warmup = warmup

@@ -684,9 +684,30 @@ class Selection(NamedTuple):
     duels: list
 
 
+def _same_run(config, ignored):
+    """What a config's run depends on, without the fields a backend ignores
+    (see Backend.ignored_config_fields)."""
+    if not ignored or getattr(config, "pre_hook", None) is not None:
+        return config
+    fields = ("num_warps", "num_stages", "num_ctas", "maxnreg",
+              "ir_override")
+    return (config.sort_key[0],
+            tuple(None if f in ignored else getattr(config, f, None)
+                  for f in fields))
+
+
+def _backend_of(evaluator):
+    """The backend an evaluator (or a pool's replay of one) times on."""
+    backend = getattr(evaluator, "backend", None)
+    if backend is None:
+        backend = getattr(getattr(evaluator, "evaluator", None), "backend",
+                          None)
+    return backend
+
+
 def select_winner(candidates, timings, retime, incumbent=None,
                   rule=DEFAULT_RULE, retime_share=None,
-                  contest_rule=DEFAULT_CONTEST):
+                  contest_rule=DEFAULT_CONTEST, ignored=()):
     """Chooses the winner among measured candidates.
 
     candidates: Candidates of the first pass; timings: {config: Timing}
@@ -699,7 +720,10 @@ def select_winner(candidates, timings, retime, incumbent=None,
     fastest beats it head to head by the rule's incumbent_improvement (see
     SelectionRule and duel): that keeps regenerated caches unchanged.
     Otherwise a contest among the rest decides (see ContestRule).
-    Candidates timed again carry the median of all their timings."""
+    Candidates timed again carry the median of all their timings. ignored:
+    config fields the backend's runs do not depend on; configs that differ
+    only in them enter the contest as one, the smallest of them, with all
+    their first-pass timings."""
     ok = [c for c in candidates if c.ok]
     if not ok:
         return Selection(None, list(candidates), [])
@@ -727,12 +751,18 @@ def select_winner(candidates, timings, retime, incumbent=None,
     elif incumbent is not None and incumbent == fastest.config:
         winner = incumbent
     if winner is None:
-        first = {}
-        for cand in pool:
+        groups = {}
+        for cand in sorted(pool, key=lambda c: c.config.sort_key):
             timing = timings.get(cand.config)
-            first[cand.config] = (cand.run_time_us,
-                                  getattr(timing, "share", 1.0)
-                                  if timing is not None else 1.0)
+            share = getattr(timing, "share", 1.0) if timing is not None \
+                else 1.0
+            groups.setdefault(_same_run(cand.config, ignored), []).append(
+                (cand.config, math.log(max(cand.run_time_us, 1e-9)), share))
+        first = {}
+        for members in groups.values():
+            weight = sum(w for _, _, w in members)
+            first[members[0][0]] = (
+                math.exp(sum(x * w for _, x, w in members) / weight), weight)
         spreads = [noise(c.config) for c in pool]
         winner, extra = contest(first, spreads, retime, retime_share,
                                 contest_rule)
@@ -790,7 +820,8 @@ def run_candidates(evaluator, configs, tuner_name="exhaustive",
         raise no_config_ran(candidates)
     selection = select_winner(
         candidates, timings, evaluator.retime, incumbent, rule,
-        evaluator.retime if screens else None, contest_rule)
+        evaluator.retime if screens else None, contest_rule,
+        getattr(_backend_of(evaluator), "ignored_config_fields", ()))
     evaluator.finish()
     best = selection.best
     spread = timings[best.config].spread if best.config in timings else 0.0
@@ -806,8 +837,10 @@ def reselect(evaluator, result, incumbent=None, rule=DEFAULT_RULE):
     if not any(c.ok for c in result.candidates):
         return result
     start = time.perf_counter()
-    selection = select_winner(result.candidates, {}, evaluator.retime,
-                              incumbent, rule)
+    selection = select_winner(
+        result.candidates, {}, evaluator.retime, incumbent, rule,
+        ignored=getattr(_backend_of(evaluator), "ignored_config_fields",
+                        ()))
     evaluator.finish()
     out = TuneResult(selection.candidates, selection.best,
                      result.spread if selection.best.config ==
