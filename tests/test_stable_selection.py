@@ -96,8 +96,13 @@ def test_a_large_gain_is_taken_without_noise_too():
     assert result.duels[0].rounds == tuner.DEFAULT_RULE.min_rounds
 
 
-def test_fresh_tune_of_indistinguishable_candidates_picks_the_smallest():
-    picks = [tune({CHALLENGER: 100.0, INCUMBENT: 100.0, SMALL: 100.0}, 0.10,
+def test_fresh_tune_of_candidates_shown_equivalent_picks_the_smallest():
+    # Timings that show the three within 2 % of each other: the smallest
+    # wins. (At 10 % noise they cannot show it, and the measured fastest
+    # wins unless the smaller is within a quarter of a standard error:
+    # two fresh tunes then agree as often as the timings allow, which
+    # bench/bench_tuning_cost.py compares with Triton's autotuner.)
+    picks = [tune({CHALLENGER: 100.0, INCUMBENT: 100.0, SMALL: 100.0}, 0.002,
                   seed)[0].best.config for seed in range(200)]
     assert picks.count(SMALL) >= 190, {c.short(): picks.count(c)
                                       for c in set(picks)}

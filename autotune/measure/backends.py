@@ -21,9 +21,13 @@ from autotune.flags import BACKEND_NAMES
 
 
 class Timing:
-    __slots__ = ("median_us", "spread", "samples")
+    """One timing call's repetitions. `share`: what the call asked for, as
+    a share of the backend's full call (a screen asks for less: its median
+    is noisier, and the tuner weighs it so)."""
+    __slots__ = ("median_us", "spread", "samples", "share")
 
-    def __init__(self, samples_us):
+    def __init__(self, samples_us, share=1.0):
+        self.share = share
         self.samples = sorted(samples_us)
         self.median_us = round(statistics.median(self.samples), 3)
         self.spread = ((self.samples[-1] - self.samples[0]) / self.median_us
@@ -149,6 +153,14 @@ class Backend:
     name = "abstract"
     warmup = 1
     repetitions = 3
+    # Whether time() takes share=: a call that asks for that share of the
+    # full call's warm-up and repetition time (the tuner screens with
+    # short calls where it can).
+    scalable = False
+    # Config fields this backend's runs do not depend on: configs that
+    # differ only in them run the same code, and the tuner times them as
+    # one (the smallest of them wins for all).
+    ignored_config_fields = ()
 
     @property
     def device(self):
@@ -183,6 +195,10 @@ class InterpreterBackend(Backend):
     interpreted launch costs milliseconds to seconds."""
 
     name = "interpreter"
+    # The interpreter runs a kernel's Python with numpy: launch parameters
+    # change nothing.
+    ignored_config_fields = ("num_warps", "num_stages", "num_ctas",
+                             "maxnreg", "ir_override")
 
     def __init__(self, warmup=0, repetitions=3):
         self.warmup = warmup
@@ -217,6 +233,7 @@ class GpuBackend(Backend):
     repetition."""
 
     name = "gpu"
+    scalable = True
 
     def __init__(self, warmup_ms=25.0, rep_ms=100.0, device=None):
         import torch
@@ -266,22 +283,23 @@ class GpuBackend(Backend):
         from triton.testing import do_bench
         return do_bench
 
-    def _bench_ms(self, fn):
+    def _bench_ms(self, fn, share=1.0):
         do_bench = self._do_bench()
         with self.torch.cuda.device(self.device):
             # quantiles (not return_mode="all"): the same call on Triton 3.6+.
-            q1, median, q3 = do_bench(fn, warmup=self.warmup_ms,
-                                      rep=self.rep_ms,
+            q1, median, q3 = do_bench(fn, warmup=self.warmup_ms * share,
+                                      rep=self.rep_ms * share,
                                       quantiles=list(self.QUANTILES))
         return q1, median, q3
 
-    def time(self, run, setup=None):
+    def time(self, run, setup=None, share=1.0):
+        """share: of the warm-up and repetition times (a screen's call)."""
         if setup is None:
-            q1, median, q3 = self._bench_ms(run)
-            return Timing([q1 * 1e3, median * 1e3, q3 * 1e3])
+            q1, median, q3 = self._bench_ms(run, share)
+            return Timing([q1 * 1e3, median * 1e3, q3 * 1e3], share)
         with self.torch.cuda.device(self.device):
-            return Timing([v * 1e3 for v in self._bench_with_setup(run,
-                                                                   setup)])
+            return Timing([v * 1e3 for v in self._bench_with_setup(
+                run, setup, share)], share)
 
     def _flush_buffer(self):
         """What do_bench writes to empty the L2 cache before a repetition:
@@ -293,7 +311,7 @@ class GpuBackend(Backend):
             return self.torch.empty(256 * 1024 * 1024, dtype=self.torch.int8,
                                     device=self.device)
 
-    def _bench_with_setup(self, run, setup):
+    def _bench_with_setup(self, run, setup, share=1.0):
         """Quartiles in ms of `run` alone, `setup` before every repetition.
 
         do_bench has no untimed set-up step, and timing set-up + launch
@@ -320,8 +338,9 @@ class GpuBackend(Backend):
             estimate_ms += start.elapsed_time(end) / 3
         estimate_ms = max(estimate_ms, 1e-3)
         # Each repetition syncs for its set-up: fewer than do_bench's.
-        repetitions = int(min(max(self.rep_ms / estimate_ms, 5), 200))
-        warmups = int(min(max(self.warmup_ms / estimate_ms, 1), 50))
+        repetitions = int(min(max(self.rep_ms * share / estimate_ms, 5),
+                              200))
+        warmups = int(min(max(self.warmup_ms * share / estimate_ms, 1), 50))
         for _ in range(warmups):
             setup()
             run()
