@@ -36,12 +36,14 @@ tuner.run_candidates with a CandidateEvaluator on the gpu backend whose
 do_bench is the fake, which is what a miss on a GPU calls.
 """
 import argparse
+import contextlib
 import math
 import os
 import random
 import statistics
 import sys
 import time
+import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -74,6 +76,7 @@ def profile_times(profile, n):
 
 def make_configs(n):
     """`n` distinct configs of this project, in no particular order."""
+    # After TRITON_INTERPRET is set above (autotune reads it at import).
     from autotune.records import Config
     out = []
     for bm in (16, 32, 64, 128, 256):
@@ -168,6 +171,7 @@ class TritonSide:
 
 class OurSide:
     def __init__(self, contest=None):
+        # torch and triton: heavy, loaded once the run starts.
         import torch
         from autotune.measure import backends, tuner
         self.torch = torch
@@ -177,8 +181,6 @@ class OurSide:
         self.y = torch.zeros(4)
 
     def backend(self):
-        import contextlib
-        import types
         backend = object.__new__(self.backends.GpuBackend)
         backend.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
             device=lambda d: contextlib.nullcontext(),
@@ -270,6 +272,7 @@ def run_row(profile, n, noise, draws, triton_side, ours, configs, sizes,
 
 def regret_test(ours, triton):
     """'p=... ours ahead/behind' (two-sided Mann-Whitney U on regrets)."""
+    # bench_search loads the search tables: only for this test.
     from bench_search import mann_whitney
     p, sign = mann_whitney(ours.regrets, triton.regrets)
     if sign == 0 or p >= 0.05:
