@@ -175,8 +175,10 @@ def testlogs_dir(cwd, target, shard=None):
 
 
 def test_outputs(cwd, target, shard=None, logs=None):
-    """{name: bytes} of a test's undeclared outputs: zipped into
-    outputs.zip before Bazel 8, plain files in test.outputs/ from 8 on."""
+    """{name: bytes} of a test's undeclared outputs: plain files in
+    test.outputs/ (--nozip_undeclared_test_outputs, which regenerate passes
+    on Bazel 5.2 and later), or zipped into test.outputs/outputs.zip (every
+    Bazel's default, 8 and 9 included; 4.2.3 has no other way)."""
     logs = logs or testlogs_dir(cwd, target, shard)
     outputs = os.path.join(logs, "test.outputs")
     found = {}

@@ -102,7 +102,8 @@ def gpu_autotuned_test(
     """A GPU test that loads a checked-in autotune cache, plus a dump target.
 
     Creates:
-      name: loads `autotune_cache` (via $(execpath)) or reads
+      name: loads `autotune_cache` (via $(execpath); $(rootpath) when
+        this BUILD file is in another module than the root) or reads
         `per_fusion_cache_dir`; runs sharded when shard_count is set.
       name + "_autotune_dump": tagged manual, unsharded; tunes the fusions
         the test meets that are missing or stale in the checked-in cache
@@ -121,10 +122,11 @@ def gpu_autotuned_test(
       test_rule: the rule to wrap, e.g. py_test from rules_python, sh_test
         from rules_shell.
       autotune_cache: label of the checked-in results file (.textproto,
-        .pbtxt, .txt: text; otherwise binary). In the calling package (or a
-        subdirectory of it without a BUILD file) it may not exist yet: the
-        load target then fails at test time naming the command that
-        creates it.
+        .pbtxt, .txt: text; otherwise binary), in this repository
+        (//pkg:file, @//pkg:file, @@//pkg:file, :file or a path). In the
+        calling package (or a subdirectory of it without a BUILD file) it
+        may not exist yet: the load target then fails at test time naming
+        the command that creates it.
       per_fusion_cache_dir: instead of a file, a per-fusion cache directory
         (a path, TEST_WORKSPACE/ prefix allowed), read only.
       per_fusion_cache_files: labels of that directory's files (data deps).
@@ -133,11 +135,12 @@ def gpu_autotuned_test(
       gpu_type: GPU name the cache was tuned on (for example "H200"); the
         load target fails on another GPU instead of running untuned.
       gpu_tags: tags that route the tests to GPU machines.
-      autotune_flags: extra AUTOTUNE_FLAGS for both targets.
-      data: data dependencies of both targets.
+      autotune_flags: extra AUTOTUNE_FLAGS for both targets; no select().
+      data: data dependencies of both targets; a select() works.
       env: environment of both targets; an AUTOTUNE_FLAGS value in it comes
         before the flags this macro adds (a list flag given in both is
-        joined into one; a single-value flag given twice is an error).
+        joined into one; a single-value flag given twice is an error); no
+        select().
       tags: tags of both targets (the dump target adds manual).
       shard_count: shards of the load target; the dump target never shards.
       exec_properties: passed through, e.g. to pick a remote GPU pool.
@@ -219,7 +222,7 @@ def gpu_autotuned_test(
         **common
     )
 
-def autotune_cache_test(name, test_rule, cache, kernel_modules = [], tool = None, deps = [], **kwargs):
+def autotune_cache_test(name, test_rule, cache, kernel_modules = [], tool = None, deps = [], env = {}, **kwargs):
     """Validates a checked-in autotune cache on the CPU.
 
     The test fails when the cache does not parse, its format version is not
@@ -235,10 +238,11 @@ def autotune_cache_test(name, test_rule, cache, kernel_modules = [], tool = None
       kernel_modules: Python modules whose tuned kernels are the tree's.
       tool: the validation script (default: the one in this repository).
       deps: py_library targets that provide kernel_modules.
+      env: environment of the test, added to TRITON_INTERPRET=1 (which it
+        may override); no select().
       **kwargs: passed to test_rule.
     """
     what = "autotune_cache_test(name = %r)" % name
-    env = kwargs.pop("env", {})
     _check_env(what, env)
     tool = tool or Label("//tools:validate_cache.py")
     found = _cache_file(cache, what + ": cache")
