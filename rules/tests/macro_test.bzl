@@ -51,6 +51,7 @@ def _load_target_test_impl(ctx):
     env = analysistest.begin(ctx)
     recorded = _recorded(env)
     asserts.equals(env, "golden_test", analysistest.target_under_test(env).label.name)
+
     # Bazel keeps tags sorted.
     asserts.equals(env, sorted(["team-kernels", "gpu", "requires-gpu-nvidia", "gpu-h200"]), recorded.tags)
     asserts.equals(env, 3, recorded.shard_count)
