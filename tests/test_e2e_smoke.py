@@ -347,21 +347,54 @@ def test_python_packages_come_through_the_python_deps_flag(smoke, tmp_path):
     assert "torch, triton" in line, line
 
 
+def _run_as_bazel_test(ws, t, target, tmp_path, swap=None):
+    """Runs an external test target the way `bazel test` does (Bazel's
+    test-setup.sh, the target's env and args, in the main repository's
+    runfiles directory) with --nolegacy_external_runfiles. Bazel 4.2.3's
+    test-setup.sh cannot find an external test's own binary without the
+    external/ links (later Bazel can), so the script `bazel run
+    --script_path` writes is given the binary's runfiles path instead;
+    nothing else changes. swap: (old, new) text to replace in the script,
+    for the control run."""
+    script = tmp_path / "run.sh"
+    result = t.run(ws, [BAZEL, "run", "--nolegacy_external_runfiles",
+                        f"--script_path={script}", target], ws)
+    assert result.returncode == 0, result.stderr[-3000:]
+    package, _, name = target.partition("//")[2].partition(":")
+    binary = f" external/rules_autotune/{package}/{name} "
+    text = script.read_text()
+    assert binary in text, text
+    text = text.replace(binary, f" ../rules_autotune/{package}/{name} ", 1)
+    if swap:
+        assert swap[0] in text, text
+        text = text.replace(swap[0], swap[1])
+    return subprocess.run(["bash", "-c", text], capture_output=True,
+                          text=True)
+
+
 def test_caches_of_a_non_root_repository_resolve_without_external_links(
-        smoke):
+        smoke, tmp_path):
     """Targets defined in rules_autotune's own BUILD files (a non-root
     module under Bzlmod), run from the user's workspace with
-    --nolegacy_external_runfiles: the runfiles tree then has no external/
-    links, as on Bazel 8 and later, so a cache named by $(execpath)
-    (external/rules_autotune/...) would not be found; the macros name it
-    by its runfiles path."""
+    --nolegacy_external_runfiles: the main repository's runfiles then have
+    no external/ links, as on Bazel 8 and later, so a cache named by
+    $(execpath) (external/rules_autotune/...) is not found there (the
+    control run); the macros name it by its runfiles path."""
     repo, ws, t = smoke
-    targets = ["@rules_autotune//testdata:validate_xla_style",
-               "@rules_autotune//examples:"
-               "load_autotune_results_using_execpath_test"]
-    result = t.run(ws, [BAZEL, "test", "--nolegacy_external_runfiles"]
-                   + targets, ws)
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    result = t.run(ws, [BAZEL, "query", "--output=build", targets[1]], ws)
+    cache_test = "@rules_autotune//testdata:validate_xla_style"
+    gpu_test = ("@rules_autotune//examples:"
+                "load_autotune_results_using_execpath_test")
+    runfiles_path = "../rules_autotune/testdata/xla_style.textproto"
+    for target in (cache_test, gpu_test):
+        result = _run_as_bazel_test(ws, t, target, tmp_path)
+        assert result.returncode == 0, result.stdout[-3000:] + \
+            result.stderr[-3000:]
+        t.note(f"{target}: passed without external/ links")
+    result = t.run(ws, [BAZEL, "query", "--output=build", gpu_test], ws)
     assert "$(rootpath //testdata:xla_style.textproto)" in result.stdout, \
         result.stdout
+    # Control: the exec path $(execpath) gave before does not resolve.
+    result = _run_as_bazel_test(ws, t, cache_test, tmp_path, swap=(
+        runfiles_path, "external/rules_autotune/testdata/xla_style.textproto"))
+    assert result.returncode != 0
+    assert "does not exist yet" in result.stdout + result.stderr
