@@ -380,3 +380,44 @@ def test_importing_the_runtime_without_its_packages_names_the_flag(
     assert "--@rules_autotune//:python_deps" in last
     assert "docs/bazel.md#python-packages" in last
     assert "ModuleNotFoundError" not in result.stderr
+
+
+@pytest.mark.parametrize("release, nozip", [("no_version", False),
+                                            ("7.4.1", True)])
+def test_the_bazel_test_command_of_regenerate(tmp_path, monkeypatch,
+                                              release, nozip):
+    """The whole `bazel test` line, from a fake bazel that records it,
+    run from a package of this repository: the wrapper by this
+    repository's own label, the outputs downloaded, plain files where the
+    release allows."""
+    record = tmp_path / "argv"
+    fake = tmp_path / "bazel"
+    fake.write_text("#!/bin/sh\n"
+                    f"if [ \"$1\" = info ]; then echo 'release {release}'; "
+                    "exit 0; fi\n"
+                    f"printf '%s\\n' \"$@\" > {record}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("BUILD_WORKSPACE_DIRECTORY", raising=False)
+    regenerate.run_dump_targets(str(fake), {"//examples:t_autotune_dump":
+                                            None},
+                                os.path.join(ROOT, "examples"), [])
+    argv = record.read_text().splitlines()
+    assert argv[0] == "test" and argv[-1] == "//examples:t_autotune_dump"
+    assert "--run_under=//tools:gpu_slot" in argv
+    assert "--remote_download_outputs=all" in argv
+    assert ("--nozip_undeclared_test_outputs" in argv) == nozip
+    assert "--test_sharding_strategy=disabled" in argv
+
+
+def test_only_test_rules_are_dump_targets():
+    """rules/tests' analysis targets carry the dump tags on a rule that
+    only records them: regenerate must not run them."""
+    xml = ('<query><rule class="py_test" name="//a:t_autotune_dump">'
+           '<list name="tags"><string value="autotune_dump"/>'
+           '<string value="autotune_cache=a/c.textproto"/></list></rule>'
+           '<rule class="recorded_attrs" name="//rules/tests:g_autotune_dump">'
+           '<list name="tags"><string value="autotune_dump"/></list></rule>'
+           '</query>')
+    assert regenerate._parse_query_xml(xml) == {
+        "//a:t_autotune_dump": "a/c.textproto"}

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
     reason="bazel is not installed")
 
 SKYLIB = os.environ.get("BAZEL_SKYLIB_DIR", "/usr/share/bazel/tools/skylib")
-STARLARK_TESTS = 12  # rules/tests: 6 unit tests, 6 analysis tests
+STARLARK_TESTS = 11  # rules/tests: 6 unit tests, 5 analysis tests
 
 
 @pytest.fixture(scope="module")

@@ -111,6 +111,10 @@ def _parse_query_xml(text):
     import xml.etree.ElementTree as ET
     targets = {}
     for rule in ET.fromstring(text).iter("rule"):
+        # Only tests are dump targets (Bazel names every test rule *_test):
+        # the macros' own analysis tests wrap a rule that only records.
+        if not rule.get("class", "").endswith("_test"):
+            continue
         name = rule.get("name")
         tags = []
         for lst in rule.iter("list"):
@@ -201,7 +205,7 @@ def _file_uri_path(uri):
         else None
 
 
-def slot_args(bazel_args, env=None):
+def slot_args(bazel_args, env=None, workspace=None):
     """Bazel arguments that run each dump target under the gpu_slot
     wrapper: one dump target per device at a time, on every device. None
     when the caller gave its own --run_under. The wrapper is named by its
@@ -216,7 +220,7 @@ def slot_args(bazel_args, env=None):
         return []
     lock_dir = env.get(gpu_slot.LOCK_DIR_ENV) or gpu_slot.DEFAULT_LOCK_DIR
     os.makedirs(lock_dir, exist_ok=True)
-    args = [f"--run_under={gpu_slot_label(env)}",
+    args = [f"--run_under={gpu_slot_label(env, workspace)}",
             f"--test_env={gpu_slot.LOCK_DIR_ENV}={lock_dir}",
             f"--sandbox_writable_path={lock_dir}"]
     for name in (gpu_slot.DEVICES_ENV, gpu_slot.LOADS_ENV):
@@ -271,7 +275,8 @@ def run_dump_targets(bazel, targets, cwd, bazel_args, retune=False):
     """Runs the targets; returns {target: (passed?, testlogs folder or
     None)}. The folder comes from the build events (so it is right however
     the convenience symlinks are set up)."""
-    bazel_args = (list(bazel_args) + slot_args(bazel_args)
+    bazel_args = (list(bazel_args)
+                  + slot_args(bazel_args, workspace=find_workspace(cwd))
                   + output_args(bazel_release(bazel, cwd)))
     with tempfile.TemporaryDirectory() as tmp:
         events = os.path.join(tmp, "events.json")

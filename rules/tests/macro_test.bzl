@@ -141,11 +141,3 @@ def _cache_test_target_test_impl(ctx):
     return analysistest.end(env)
 
 cache_test_target_test = analysistest.make(_cache_test_target_test_impl)
-
-def _wrapped_sh_test_impl(ctx):
-    env = analysistest.begin(ctx)
-    target = analysistest.target_under_test(env)
-    asserts.true(env, target[DefaultInfo].files_to_run.executable != None)
-    return analysistest.end(env)
-
-wrapped_sh_test = analysistest.make(_wrapped_sh_test_impl)
