@@ -42,7 +42,9 @@ def _cache_file(label, what):
     in a tag of the dump target so regenerate knows which file the dumps
     go to), exists (None: unknown, the file is in another package and
     Bazel reports a missing one), expression (how the test finds the file:
-    $(execpath), or $(rootpath) in a non-root module).
+    $(execpath), or $(rootpath) in a non-root module), runfiles_path (the
+    same relative to the test's working directory, for a file that does
+    not exist yet).
 
     A cache in the calling package (also in a subdirectory without a
     BUILD file) may not exist yet: the targets are still defined, the load
@@ -65,8 +67,6 @@ def _cache_file(label, what):
     )
 
 def _check_env(what, env):
-    if is_select(env):
-        fail(select_error(what, "env"))
     errors = env_select_errors(what, env)
     if errors:
         fail(errors[0])
@@ -166,7 +166,9 @@ def gpu_autotuned_test(
     if cache and cache.exists == False:
         # Not there yet: the runtime reports the missing file and the
         # command that creates it when the test runs.
-        load_flags.append("--load_autotune_results_from=TEST_WORKSPACE/" + cache.path)
+        load_flags.append("--load_autotune_results_from=" + (
+            "TEST_WORKSPACE/" + cache.path if _caller_repository() == "" else cache.runfiles_path
+        ))
     elif cache:
         load_data = load_data + [cache.label]
         load_flags.append("--load_autotune_results_from=" + cache.expression)
@@ -247,7 +249,7 @@ def autotune_cache_test(name, test_rule, cache, kernel_modules = [], tool = None
     tool = tool or Label("//tools:validate_cache.py")
     found = _cache_file(cache, what + ": cache")
     if found.exists == False:
-        cache_args = [found.path]
+        cache_args = [found.runfiles_path]
         data = []
     else:
         cache_args = [found.expression]
