@@ -17,6 +17,12 @@ ranks split the candidates and agree on every winner; in each load run
 every fusion is a hit on every rank with no exchange between them. Read
 from each rank's report.
 
+Then, with a `python` that has no packages first on PATH: the cache tool
+runs on the packages the --@rules_autotune//:python_deps flag brings in,
+and the tools and the cache test stop with one line naming the flag when
+nothing brings them. Last, rules_autotune's own targets (a non-root
+module) run without the external/ runfiles links, as on Bazel 8.
+
 One workspace, so one Bazel server and output base for every step; shut
 down at the end. Prints a transcript (commands, wall times, hits and
 benchmarks per shard); `pytest -s` shows it.
