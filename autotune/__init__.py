@@ -10,7 +10,18 @@ start in a fraction of a second.
 """
 import importlib as _importlib
 
-from autotune import flags as _flags
+try:
+    from autotune import flags as _flags
+except ModuleNotFoundError as _missing:
+    # absl-py or protobuf is not installed: under Bazel with Bzlmod, the
+    # packages come in through the python_deps flag.
+    if (_missing.name or "").partition(".")[0] not in ("absl", "google"):
+        raise
+    raise ImportError(
+        f"rules_autotune: the Python package {_missing.name!r} cannot be "
+        "imported (autotune needs absl-py and protobuf): install it, or "
+        "under Bazel point --@rules_autotune//:python_deps at a py_library "
+        "that provides it (see docs/bazel.md#python-packages)") from None
 from autotune.measure import backends as _backends
 
 

@@ -17,6 +17,12 @@ ranks split the candidates and agree on every winner; in each load run
 every fusion is a hit on every rank with no exchange between them. Read
 from each rank's report.
 
+Then, with a `python` that has no packages first on PATH: the cache tool
+runs on the packages the --@rules_autotune//:python_deps flag brings in,
+and the tools and the cache test stop with one line naming the flag when
+nothing brings them. Last, rules_autotune's own targets (a non-root
+module) run without the external/ runfiles links, as on Bazel 8.
+
 One workspace, so one Bazel server and output base for every step; shut
 down at the end. Prints a transcript (commands, wall times, hits and
 benchmarks per shard); `pytest -s` shows it.
@@ -264,3 +270,150 @@ def test_user_workspace_flow(smoke):
     assert result.stdout.startswith(f"{CACHE}: 4 entries")
     t.note(result.stdout.splitlines()[0])
     assert len(codec.load_results(path)) == 4
+
+
+def _bare_python(path):
+    """A virtual environment without packages: its bin, first on PATH, is
+    the `python` Bazel 4.2.3's launchers start (a hermetic interpreter
+    with no site-packages, as rules_python's is under Bzlmod)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip",
+                    str(path)], check=True)
+    env = dict(os.environ)
+    env["PATH"] = f"{path / 'bin'}{os.pathsep}{env['PATH']}"
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def _hub_with_runtime_packages(path):
+    """A stand-in for a pip hub that holds absl-py and protobuf for real
+    (copied from this Python), and empty torch, triton and numpy."""
+    import absl
+    import google.protobuf
+    copies = {"absl_py": (os.path.dirname(absl.__file__), "absl"),
+              "protobuf": (os.path.dirname(google.protobuf.__file__),
+                           os.path.join("google", "protobuf"))}
+    (path / "WORKSPACE").write_text('workspace(name = "pypi")\n')
+    (path / "BUILD").write_text("")
+    for package in ("absl_py", "protobuf", "numpy", "torch", "triton"):
+        site = path / package / "site"
+        site.mkdir(parents=True)
+        if package in copies:
+            source, rel = copies[package]
+            shutil.copytree(source, site / rel,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        (path / package / "BUILD").write_text(
+            'load("@rules_python//python:defs.bzl", "py_library")\n'
+            f'py_library(name = "{package}", srcs = glob(["site/**/*.py"], '
+            'allow_empty = True), data = glob(["site/**"], allow_empty = '
+            'True, exclude = ["site/**/*.py"]), imports = ["site"], '
+            'visibility = ["//visibility:public"])\n')
+
+
+def _one_line_naming_the_flag(text):
+    lines = [line for line in text.splitlines()
+             if line.startswith("rules_autotune: ")]
+    assert len(lines) == 1, text[-3000:]
+    assert "--@rules_autotune//:python_deps" in lines[0], lines[0]
+    assert "docs/bazel.md#python-packages" in lines[0], lines[0]
+    assert "Traceback" not in text and "ModuleNotFoundError" not in text, \
+        text[-3000:]
+    return lines[0]
+
+
+def test_python_packages_come_through_the_python_deps_flag(smoke, tmp_path):
+    """The workspace's .bazelrc points --@rules_autotune//:python_deps at
+    its //:autotune_python_deps (its pip hub). With an interpreter that has
+    no packages at all, the cache tool runs when the hub holds absl-py and
+    protobuf, and stops with one line naming the flag when the flag is
+    left at its default; regenerate and the cache test, with nothing
+    providing the packages, stop the same way."""
+    repo, ws, t = smoke
+    env = _bare_python(tmp_path / "bare")
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    _hub_with_runtime_packages(hub)
+
+    def bazel(*args):
+        start = time.perf_counter()
+        result = subprocess.run([BAZEL] + list(args), cwd=ws, env=env,
+                                text=True, capture_output=True)
+        t.lines.append(f"$ (bare python3 on PATH) bazel {' '.join(args)}"
+                       f"   # exit {result.returncode}, "
+                       f"{time.perf_counter() - start:.1f} s")
+        return result
+
+    show = ["run", f"--override_repository=pypi={hub}",
+            "@rules_autotune//tools:autotune_cache", "--", "show", CACHE]
+    result = bazel(*show)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert result.stdout.startswith(f"{CACHE}: 4 entries"), result.stdout
+    t.note("the hub's absl-py and protobuf, through the flag: "
+           + result.stdout.splitlines()[0])
+
+    default = "--@rules_autotune//:python_deps=" \
+        "@rules_autotune//:python_deps_from_interpreter"
+    result = bazel(*show[:2], default, *show[2:])
+    assert result.returncode == 2, result.stdout + result.stderr[-3000:]
+    t.note(_one_line_naming_the_flag(result.stderr))
+
+    # The offline hub stands in without packages: nothing provides them.
+    result = bazel("run", "@rules_autotune//tools:regenerate")
+    assert result.returncode == 2, result.stdout + result.stderr[-3000:]
+    _one_line_naming_the_flag(result.stderr)
+    result = bazel("test", "//:smoke_cache_test")
+    assert result.returncode != 0
+    line = _one_line_naming_the_flag(log(ws, "//:smoke_cache_test"))
+    assert "torch, triton" in line, line
+
+
+def _run_as_bazel_test(ws, t, target, tmp_path, swap=None):
+    """Runs an external test target the way `bazel test` does (Bazel's
+    test-setup.sh, the target's env and args, in the main repository's
+    runfiles directory) with --nolegacy_external_runfiles. Bazel 4.2.3's
+    test-setup.sh cannot find an external test's own binary without the
+    external/ links (later Bazel can), so the script `bazel run
+    --script_path` writes is given the binary's runfiles path instead;
+    nothing else changes. swap: (old, new) text to replace in the script,
+    for the control run."""
+    script = tmp_path / "run.sh"
+    result = t.run(ws, [BAZEL, "run", "--nolegacy_external_runfiles",
+                        f"--script_path={script}", target], ws)
+    assert result.returncode == 0, result.stderr[-3000:]
+    package, _, name = target.partition("//")[2].partition(":")
+    binary = f" external/rules_autotune/{package}/{name} "
+    text = script.read_text()
+    assert binary in text, text
+    text = text.replace(binary, f" ../rules_autotune/{package}/{name} ", 1)
+    if swap:
+        assert swap[0] in text, text
+        text = text.replace(swap[0], swap[1])
+    return subprocess.run(["bash", "-c", text], capture_output=True,
+                          text=True)
+
+
+def test_caches_of_a_non_root_repository_resolve_without_external_links(
+        smoke, tmp_path):
+    """Targets defined in rules_autotune's own BUILD files (a non-root
+    module under Bzlmod), run from the user's workspace with
+    --nolegacy_external_runfiles: the main repository's runfiles then have
+    no external/ links, as on Bazel 8 and later, so a cache named by
+    $(execpath) (external/rules_autotune/...) is not found there (the
+    control run); the macros name it by its runfiles path."""
+    repo, ws, t = smoke
+    cache_test = "@rules_autotune//testdata:validate_xla_style"
+    gpu_test = ("@rules_autotune//examples:"
+                "load_autotune_results_using_execpath_test")
+    runfiles_path = "../rules_autotune/testdata/xla_style.textproto"
+    for target in (cache_test, gpu_test):
+        result = _run_as_bazel_test(ws, t, target, tmp_path)
+        assert result.returncode == 0, result.stdout[-3000:] + \
+            result.stderr[-3000:]
+        t.note(f"{target}: passed without external/ links")
+    result = t.run(ws, [BAZEL, "query", "--output=build", gpu_test], ws)
+    assert "$(rootpath //testdata:xla_style.textproto)" in result.stdout, \
+        result.stdout
+    # Control: the exec path $(execpath) gave before does not resolve.
+    result = _run_as_bazel_test(ws, t, cache_test, tmp_path, swap=(
+        runfiles_path, "external/rules_autotune/testdata/xla_style.textproto"))
+    assert result.returncode != 0
+    assert "does not exist yet" in result.stdout + result.stderr

@@ -276,3 +276,150 @@ def test_placeholders_for_missing_caches_are_removed_unless_written(
 def test_a_pattern_naming_a_load_target_stands_for_its_dump_target(
         pattern, expected):
     assert regenerate.split_target_pattern(pattern) == expected
+
+
+# -- the bazel command regenerate runs -------------------------------------
+
+def test_dump_targets_run_under_the_gpu_slot_label(tmp_path):
+    """By label, so Bazel builds the wrapper and ships it with the test
+    (remote execution has no host paths); named as the workspace being
+    regenerated names it."""
+    env = {"AUTOTUNE_LOCK_DIR": str(tmp_path / "locks")}
+    args = regenerate.slot_args([], env)
+    assert args[0] == "--run_under=@rules_autotune//tools:gpu_slot"
+    # rules_autotune's own workspace.
+    assert regenerate.gpu_slot_label(env, workspace=ROOT) == \
+        "//tools:gpu_slot"
+    # Under `bazel run` from a Bzlmod workspace: the canonical name.
+    for canonical in ("rules_autotune+", "rules_autotune~"):
+        runfiles = str(tmp_path / "regenerate.runfiles" / canonical)
+        old = regenerate.ROOT
+        regenerate.ROOT = runfiles
+        try:
+            assert regenerate.gpu_slot_label({"RUNFILES_DIR": "x"}) == \
+                f"@@{canonical}//tools:gpu_slot"
+        finally:
+            regenerate.ROOT = old
+
+
+@pytest.mark.parametrize("release, expected", [
+    (None, ["--remote_download_outputs=all"]),
+    ((4, 2), ["--remote_download_outputs=all"]),
+    ((5, 1), ["--remote_download_outputs=all"]),
+    ((5, 2), ["--remote_download_outputs=all",
+              "--nozip_undeclared_test_outputs"]),
+    ((8, 4), ["--remote_download_outputs=all",
+              "--nozip_undeclared_test_outputs"]),
+])
+def test_outputs_are_plain_files_where_bazel_can_and_always_downloaded(
+        release, expected):
+    assert regenerate.output_args(release) == expected
+
+
+def test_the_running_bazels_release_is_read(tmp_path):
+    fake = tmp_path / "bazel"
+    for printed, expected in (("release 7.4.1", (7, 4)),
+                              ("release 9.0.0rc2", (9, 0)),
+                              ("release no_version", None)):
+        fake.write_text(f"#!/bin/sh\necho '{printed}'\n")
+        fake.chmod(0o755)
+        assert regenerate.bazel_release(str(fake), str(tmp_path)) == expected
+
+
+def test_plain_undeclared_outputs_are_read(tmp_path):
+    outputs = tmp_path / "test.outputs"
+    outputs.mkdir()
+    (outputs / "autotune_cache.textproto").write_bytes(b"plain")
+    assert regenerate.test_outputs(str(tmp_path), "//:t",
+                                   logs=str(tmp_path)) == {
+        "autotune_cache.textproto": b"plain"}
+
+
+# -- the entry point of the Bazel tools and the cache test -----------------
+
+def _entry(*argv, python=sys.executable):
+    return subprocess.run(
+        [python, os.path.join(ROOT, "tools", "require_python_deps.py")]
+        + list(argv), capture_output=True, text=True, cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+
+def test_a_missing_package_is_one_line_naming_the_flag(tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip",
+                    str(bare)], check=True)
+    result = _entry("tools/autotune_cache.py", "--help",
+                    python=str(bare / "bin" / "python3"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(
+        "rules_autotune: autotune_cache.py needs the Python package(s) "
+        "absl-py, protobuf, which ")
+    assert "--@rules_autotune//:python_deps" in result.stderr
+    assert "docs/bazel.md#python-packages" in result.stderr
+    # With the packages, the tool itself runs, with its arguments.
+    result = _entry("--packages=absl-py,protobuf,torch",
+                    "tools/autotune_cache.py", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage" in result.stdout.lower()
+
+
+def test_importing_the_runtime_without_its_packages_names_the_flag(
+        tmp_path):
+    """A GPU test that imports autotune on an interpreter without absl-py
+    ends with one line naming the flag, not a ModuleNotFoundError."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip",
+                    str(bare)], check=True)
+    result = subprocess.run(
+        [str(bare / "bin" / "python3"), "-c", "import autotune"],
+        capture_output=True, text=True,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": ROOT})
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: rules_autotune: the Python package "
+                           "'absl' cannot be imported"), result.stderr
+    assert "--@rules_autotune//:python_deps" in last
+    assert "docs/bazel.md#python-packages" in last
+    assert "ModuleNotFoundError" not in result.stderr
+
+
+@pytest.mark.parametrize("release, nozip", [("no_version", False),
+                                            ("7.4.1", True)])
+def test_the_bazel_test_command_of_regenerate(tmp_path, monkeypatch,
+                                              release, nozip):
+    """The whole `bazel test` line, from a fake bazel that records it,
+    run from a package of this repository: the wrapper by this
+    repository's own label, the outputs downloaded, plain files where the
+    release allows."""
+    record = tmp_path / "argv"
+    fake = tmp_path / "bazel"
+    fake.write_text("#!/bin/sh\n"
+                    f"if [ \"$1\" = info ]; then echo 'release {release}'; "
+                    "exit 0; fi\n"
+                    f"printf '%s\\n' \"$@\" > {record}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("BUILD_WORKSPACE_DIRECTORY", raising=False)
+    regenerate.run_dump_targets(str(fake), {"//examples:t_autotune_dump":
+                                            None},
+                                os.path.join(ROOT, "examples"), [])
+    argv = record.read_text().splitlines()
+    assert argv[0] == "test" and argv[-1] == "//examples:t_autotune_dump"
+    assert "--run_under=//tools:gpu_slot" in argv
+    assert "--remote_download_outputs=all" in argv
+    assert ("--nozip_undeclared_test_outputs" in argv) == nozip
+    assert "--test_sharding_strategy=disabled" in argv
+
+
+def test_only_test_rules_are_dump_targets():
+    """rules/tests' analysis targets carry the dump tags on a rule that
+    only records them: regenerate must not run them."""
+    xml = ('<query><rule class="py_test" name="//a:t_autotune_dump">'
+           '<list name="tags"><string value="autotune_dump"/>'
+           '<string value="autotune_cache=a/c.textproto"/></list></rule>'
+           '<rule class="recorded_attrs" name="//rules/tests:g_autotune_dump">'
+           '<list name="tags"><string value="autotune_dump"/></list></rule>'
+           '</query>')
+    assert regenerate._parse_query_xml(xml) == {
+        "//a:t_autotune_dump": "a/c.textproto"}

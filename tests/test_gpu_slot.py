@@ -150,7 +150,7 @@ def test_regenerate_runs_dump_targets_under_the_wrapper(tmp_path):
            "AUTOTUNE_GPU_SLOT_DEVICES": "2"}
     args = regenerate.slot_args([], env)
     assert args[0].startswith("--run_under=") and \
-        args[0].endswith("gpu_slot.py")
+        args[0].endswith("//tools:gpu_slot")
     assert f"--test_env=AUTOTUNE_LOCK_DIR={tmp_path / 'l'}" in args
     assert f"--sandbox_writable_path={tmp_path / 'l'}" in args
     assert "--test_env=AUTOTUNE_GPU_SLOT_DEVICES=2" in args

@@ -51,7 +51,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -123,6 +122,10 @@ def find_dump_targets(bazel, patterns, cwd, bazel_args, keep_going=False):
 def _parse_query_xml(text):
     targets = {}
     for rule in ET.fromstring(text).iter("rule"):
+        # Only tests are dump targets (Bazel names every test rule *_test):
+        # the macros' own analysis tests wrap a rule that only records.
+        if not rule.get("class", "").endswith("_test"):
+            continue
         name = rule.get("name")
         tags = []
         for lst in rule.iter("list"):
@@ -187,8 +190,10 @@ def testlogs_dir(cwd, target, shard=None):
 
 
 def test_outputs(cwd, target, shard=None, logs=None):
-    """{name: bytes} of a test's undeclared outputs: zipped into
-    outputs.zip before Bazel 8, plain files in test.outputs/ from 8 on."""
+    """{name: bytes} of a test's undeclared outputs: plain files in
+    test.outputs/ (--nozip_undeclared_test_outputs, which regenerate passes
+    on Bazel 5.2 and later), or zipped into test.outputs/outputs.zip (every
+    Bazel's default, 8 and 9 included; 4.2.3 has no other way)."""
     logs = logs or testlogs_dir(cwd, target, shard)
     outputs = os.path.join(logs, "test.outputs")
     found = {}
@@ -211,20 +216,22 @@ def _file_uri_path(uri):
         else None
 
 
-def slot_args(bazel_args, env=None):
-    """Bazel arguments that run each dump target under tools/gpu_slot.py:
-    one dump target per device at a time, on every device. None when the
-    caller gave its own --run_under. The slot files' directory is made
-    writable in the sandbox and passed to the tests, with the slot count
-    overrides of the environment."""
+def slot_args(bazel_args, env=None, workspace=None):
+    """Bazel arguments that run each dump target under the gpu_slot
+    wrapper: one dump target per device at a time, on every device. None
+    when the caller gave its own --run_under. The wrapper is named by its
+    label (gpu_slot_label), so Bazel builds it and ships it with the test,
+    also to a remote executor. The slot files' directory is made writable
+    in the sandbox and passed to the tests, with the slot count overrides
+    of the environment (a directory under /tmp is shared by sandboxed
+    tests from Bazel 7.4 on, which creates the writable paths inside the
+    sandbox's own /tmp; 7.0 to 7.3 do not: docs/bazel.md)."""
     env = os.environ if env is None else env
     if any(a.startswith("--run_under") for a in bazel_args):
         return []
-    wrapper = os.path.realpath(os.path.join(ROOT, "tools", "gpu_slot.py"))
     lock_dir = env.get(gpu_slot.LOCK_DIR_ENV) or gpu_slot.DEFAULT_LOCK_DIR
     os.makedirs(lock_dir, exist_ok=True)
-    args = [f"--run_under={shlex.quote(sys.executable)} "
-            f"{shlex.quote(wrapper)}",
+    args = [f"--run_under={gpu_slot_label(env, workspace)}",
             f"--test_env={gpu_slot.LOCK_DIR_ENV}={lock_dir}",
             f"--sandbox_writable_path={lock_dir}"]
     for name in (gpu_slot.DEVICES_ENV, gpu_slot.LOADS_ENV):
@@ -233,11 +240,55 @@ def slot_args(bazel_args, env=None):
     return args
 
 
+def gpu_slot_label(env=None, workspace=None):
+    """The label of tools:gpu_slot as the workspace being regenerated
+    names it: //tools:gpu_slot in rules_autotune itself; else
+    @rules_autotune//tools:gpu_slot, or, under `bazel run`, the
+    repository's canonical name (its runfiles directory: `@@name` when it
+    is a Bzlmod name, rules_autotune+ or rules_autotune~)."""
+    env = os.environ if env is None else env
+    workspace = workspace or env.get("BUILD_WORKSPACE_DIRECTORY")
+    own = os.path.join(ROOT, "tools", "gpu_slot.py")
+    if workspace and os.path.realpath(own) == os.path.realpath(
+            os.path.join(workspace, "tools", "gpu_slot.py")):
+        return "//tools:gpu_slot"
+    name = "rules_autotune"
+    if env.get("RUNFILES_DIR") or ".runfiles" + os.sep in ROOT:
+        name = os.path.basename(ROOT)
+    prefix = "@@" if "+" in name or "~" in name else "@"
+    return f"{prefix}{name}//tools:gpu_slot"
+
+
+def bazel_release(bazel, cwd):
+    """(major, minor) of the running Bazel, or None when it does not say
+    (Debian's bazel-bootstrap reports no_version)."""
+    result = _bazel(bazel, ["info", "release"], cwd)
+    import re
+    match = re.search(r"(\d+)\.(\d+)", result.stdout or "")
+    if result.returncode != 0 or not match:
+        return None
+    return int(match.group(1)), int(match.group(2))
+
+
+def output_args(release):
+    """Arguments that make the dumps readable where regenerate looks.
+
+    Undeclared outputs as plain files where Bazel can (5.2 and later): from
+    7.2 a host without `zip` loses them otherwise. The test outputs are
+    downloaded even when an rc file sets --remote_download_minimal."""
+    args = ["--remote_download_outputs=all"]
+    if release is not None and release >= (5, 2):
+        args.append("--nozip_undeclared_test_outputs")
+    return args
+
+
 def run_dump_targets(bazel, targets, cwd, bazel_args, retune=False):
     """Runs the targets; returns {target: (passed?, testlogs folder or
     None)}. The folder comes from the build events (so it is right however
     the convenience symlinks are set up)."""
-    bazel_args = list(bazel_args) + slot_args(bazel_args)
+    bazel_args = (list(bazel_args)
+                  + slot_args(bazel_args, workspace=find_workspace(cwd))
+                  + output_args(bazel_release(bazel, cwd)))
     with tempfile.TemporaryDirectory() as tmp:
         events = os.path.join(tmp, "events.json")
         result = _bazel(

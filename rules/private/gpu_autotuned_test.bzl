@@ -5,6 +5,18 @@ sh_test, cc_test, ...), so nothing here depends on a native rule (Bazel 9
 has none) or on a language.
 """
 
+load(
+    ":helpers.bzl",
+    "cache_path_expression",
+    "env_select_errors",
+    "flags_env",
+    "is_main_repository",
+    "is_select",
+    "parse_cache_label",
+    "runtime_python_path",
+    "select_error",
+)
+
 DUMP_SUFFIX = "_autotune_dump"
 DUMP_FILE = "autotune_cache.textproto"
 DUMP_TAG = "autotune_dump"
@@ -13,111 +25,62 @@ DEFAULT_GPU_TAGS = ["gpu", "requires-gpu-nvidia"]
 
 REGENERATE_COMMAND = "bazel run @rules_autotune//tools:regenerate"
 
-# AUTOTUNE_FLAGS that take a comma-separated list: given twice, the values
-# are joined into one flag (the runtime keeps only one value per flag).
-_LIST_FLAGS = ["load_autotune_results_from", "autotune_incumbents_from"]
+# The modules autotune imports; a test or tool run without them stops with
+# one line naming the python_deps flag (tools/require_python_deps.py).
+RUNTIME_PACKAGES = "absl-py,protobuf"
+KERNEL_PACKAGES = "absl-py,protobuf,torch,triton"
+
+def _caller_repository():
+    """The calling BUILD file's repository name, without "@"."""
+    name = native.repository_name()
+    return "" if is_main_repository(name) else name.lstrip("@")
 
 def _cache_file(label, what):
     """Where a checked-in cache lives and whether it exists yet.
 
-    Returns a struct: label (for data and $(execpath)), path (workspace-
-    relative, recorded in a tag of the dump target so regenerate knows
-    which file the dumps go to), exists (None: unknown, the file is in
-    another package and Bazel reports a missing one).
+    Returns a struct: label (for data), path (workspace-relative, recorded
+    in a tag of the dump target so regenerate knows which file the dumps
+    go to), exists (None: unknown, the file is in another package and
+    Bazel reports a missing one), expression (how the test finds the file:
+    $(execpath), or $(rootpath) in a non-root module), runfiles_path (the
+    same relative to the test's working directory, for a file that does
+    not exist yet).
 
     A cache in the calling package (also in a subdirectory without a
     BUILD file) may not exist yet: the targets are still defined, the load
     target fails at test time naming the command that creates the file,
     and regenerate can create it.
     """
-    if label.startswith("@"):
-        fail("%s %r: the cache must be a file of this repository" % (what, label))
-    here = native.package_name()
-    if label.startswith("//"):
-        package, _, name = label[2:].partition(":")
-        if not name:
-            name = package.rpartition("/")[2]
-    else:
-        package = here
-        name = label[1:] if label.startswith(":") else label
-    path = package + "/" + name if package else name
-    if package != here:
-        return struct(label = label, path = path, exists = None)
-    exists = len(native.glob([name], allow_empty = True)) > 0
-    return struct(label = ":" + name, path = path, exists = exists)
+    parsed = parse_cache_label(label, native.package_name())
+    if parsed.error:
+        fail("%s %s" % (what, parsed.error))
+    exists = None
+    if parsed.local:
+        exists = len(native.glob([parsed.name], allow_empty = True)) > 0
+    main = _caller_repository() == ""
+    return struct(
+        label = parsed.label,
+        path = parsed.path,
+        exists = exists,
+        expression = cache_path_expression(parsed.label, main),
+        runfiles_path = parsed.path if main else "../%s/%s" % (_caller_repository(), parsed.path),
+    )
 
-def _split_flags(text):
-    """AUTOTUNE_FLAGS text as a list of flags.
+def _check_env(what, env):
+    errors = env_select_errors(what, env)
+    if errors:
+        fail(errors[0])
 
-    None when the text uses shell quoting: it is then passed on as it is.
-    """
-    if "'" in text or '"' in text or "\\" in text:
-        return None
-    return text.replace("\t", " ").replace("\n", " ").split(" ")
-
-def _combine_flags(name, flags):
-    """Flags in order, each once.
-
-    Repeated list flags are joined into one; a single-value flag given
-    twice with two values is an error.
-    """
-    out = []
-    list_index = {}
-    single = {}
-    for flag in flags:
-        if not flag:
-            continue
-        if not flag.startswith("--") or "=" not in flag:
-            if flag not in out:
-                out.append(flag)
-            continue
-        flag_name, _, value = flag[2:].partition("=")
-        if flag_name in _LIST_FLAGS:
-            if flag_name in list_index:
-                if value:
-                    i = list_index[flag_name]
-                    out[i] = out[i] + ("," if not out[i].endswith("=") else "") + value
-            else:
-                list_index[flag_name] = len(out)
-                out.append(flag)
-        elif flag_name in single:
-            if single[flag_name] != value:
-                fail(("gpu_autotuned_test(name = %r): --%s is given twice, as %r " +
-                      "and %r (env AUTOTUNE_FLAGS, autotune_flags and the macro's " +
-                      "own attributes must agree)") % (name, flag_name, single[flag_name], value))
-        else:
-            single[flag_name] = value
-            out.append(flag)
-    return out
-
-def _flags_env(name, env, flags):
-    """Env with AUTOTUNE_FLAGS extended by flags.
-
-    The caller's flags come first; each flag appears once (_combine_flags).
-    """
-    out = dict(env)
-    user = out.get("AUTOTUNE_FLAGS", "")
-    user_flags = _split_flags(user)
-    if user_flags == None:
-        out["AUTOTUNE_FLAGS"] = " ".join([f for f in [user] + _combine_flags(name, flags) if f])
-    else:
-        out["AUTOTUNE_FLAGS"] = " ".join(_combine_flags(name, user_flags + flags))
-    return out
-
-def _runtime_python_path():
-    """PYTHONPATH that makes the runtime and the caller's modules importable.
-
-    Entries are relative to a test's working directory (its workspace's
-    runfiles root). sh_test and cc_test have no Python launcher that would
-    set them.
-    """
-    repo = Label("//:autotune").workspace_name
-    return ".:../" + repo if repo else "."
-
-def _test_env(name, env, flags):
-    out = _flags_env(name, env, flags)
+def _test_env(what, env, flags):
+    combined = flags_env(env, flags)
+    if combined.error:
+        fail("%s: %s" % (what, combined.error))
+    out = combined.env
     if "PYTHONPATH" not in out:
-        out["PYTHONPATH"] = _runtime_python_path()
+        out["PYTHONPATH"] = runtime_python_path(
+            Label("//:autotune").workspace_name,
+            _caller_repository(),
+        )
     return out
 
 def gpu_autotuned_test(
@@ -139,7 +102,8 @@ def gpu_autotuned_test(
     """A GPU test that loads a checked-in autotune cache, plus a dump target.
 
     Creates:
-      name: loads `autotune_cache` (via $(execpath)) or reads
+      name: loads `autotune_cache` (via $(execpath); $(rootpath) when
+        this BUILD file is in another module than the root) or reads
         `per_fusion_cache_dir`; runs sharded when shard_count is set.
       name + "_autotune_dump": tagged manual, unsharded; tunes the fusions
         the test meets that are missing or stale in the checked-in cache
@@ -158,10 +122,11 @@ def gpu_autotuned_test(
       test_rule: the rule to wrap, e.g. py_test from rules_python, sh_test
         from rules_shell.
       autotune_cache: label of the checked-in results file (.textproto,
-        .pbtxt, .txt: text; otherwise binary). In the calling package (or a
-        subdirectory of it without a BUILD file) it may not exist yet: the
-        load target then fails at test time naming the command that
-        creates it.
+        .pbtxt, .txt: text; otherwise binary), in this repository
+        (//pkg:file, @//pkg:file, @@//pkg:file, :file or a path). In the
+        calling package (or a subdirectory of it without a BUILD file) it
+        may not exist yet: the load target then fails at test time naming
+        the command that creates it.
       per_fusion_cache_dir: instead of a file, a per-fusion cache directory
         (a path, TEST_WORKSPACE/ prefix allowed), read only.
       per_fusion_cache_files: labels of that directory's files (data deps).
@@ -170,36 +135,45 @@ def gpu_autotuned_test(
       gpu_type: GPU name the cache was tuned on (for example "H200"); the
         load target fails on another GPU instead of running untuned.
       gpu_tags: tags that route the tests to GPU machines.
-      autotune_flags: extra AUTOTUNE_FLAGS for both targets.
-      data: data dependencies of both targets.
+      autotune_flags: extra AUTOTUNE_FLAGS for both targets; no select().
+      data: data dependencies of both targets; a select() works.
       env: environment of both targets; an AUTOTUNE_FLAGS value in it comes
         before the flags this macro adds (a list flag given in both is
-        joined into one; a single-value flag given twice is an error).
+        joined into one; a single-value flag given twice is an error); no
+        select().
       tags: tags of both targets (the dump target adds manual).
       shard_count: shards of the load target; the dump target never shards.
       exec_properties: passed through, e.g. to pick a remote GPU pool.
       **kwargs: passed to test_rule for both targets.
     """
+    what = "gpu_autotuned_test(name = %r)" % name
     if autotune_cache and per_fusion_cache_dir:
-        fail("gpu_autotuned_test(name = %r): give autotune_cache or per_fusion_cache_dir, not both" % name)
+        fail("%s: give autotune_cache or per_fusion_cache_dir, not both" % what)
     if type(gpu_tags) != type([]):
-        fail("gpu_autotuned_test(name = %r): gpu_tags must be a list" % name)
+        fail("%s: gpu_tags must be a list" % what)
+    if is_select(autotune_flags):
+        fail(select_error(what, "autotune_flags"))
+    _check_env(what, env)
     if "AUTOTUNE_FLAGS" in env and type(env["AUTOTUNE_FLAGS"]) != type(""):
-        fail("gpu_autotuned_test(name = %r): env AUTOTUNE_FLAGS must be a string" % name)
+        fail("%s: env AUTOTUNE_FLAGS must be a string" % what)
 
     runtime = Label("//:autotune")
-    cache = _cache_file(autotune_cache, "gpu_autotuned_test(name = %r): autotune_cache" % name) if autotune_cache else None
+    cache = _cache_file(autotune_cache, what + ": autotune_cache") if autotune_cache else None
+
+    # data may be a select(): it is only ever extended with +, never read.
     load_flags = list(autotune_flags)
-    load_data = list(data) + [runtime]
+    load_data = data + [runtime]
     if cache and cache.exists == False:
         # Not there yet: the runtime reports the missing file and the
         # command that creates it when the test runs.
-        load_flags.append("--load_autotune_results_from=TEST_WORKSPACE/" + cache.path)
+        load_flags.append("--load_autotune_results_from=" + (
+            "TEST_WORKSPACE/" + cache.path if _caller_repository() == "" else cache.runfiles_path
+        ))
     elif cache:
-        load_data.append(cache.label)
-        load_flags.append("--load_autotune_results_from=$(execpath %s)" % cache.label)
+        load_data = load_data + [cache.label]
+        load_flags.append("--load_autotune_results_from=" + cache.expression)
     if per_fusion_cache_dir:
-        load_data.extend(per_fusion_cache_files)
+        load_data = load_data + per_fusion_cache_files
         load_flags.append("--per_fusion_autotune_cache_dir=%s" % per_fusion_cache_dir)
         load_flags.append("--autotune_cache_mode=read")
     if require_complete:
@@ -220,13 +194,13 @@ def gpu_autotuned_test(
     test_rule(
         name = name,
         data = load_data,
-        env = _test_env(name, env, load_flags),
+        env = _test_env(what, env, load_flags),
         tags = test_tags,
         **load_kwargs
     )
 
     dump_tags = test_tags + ["manual", DUMP_TAG]
-    dump_data = list(data) + [runtime]
+    dump_data = data + [runtime]
     dump_flags = list(autotune_flags) + [
         "--dump_autotune_results_to=TEST_UNDECLARED_OUTPUTS_DIR/" + DUMP_FILE,
         "--autotune_fail_if_sharded",
@@ -239,18 +213,18 @@ def gpu_autotuned_test(
         # stale one is tuned. With AUTOTUNE_RETUNE=1 in the environment
         # (regenerate --retune) every fusion is re-measured, and a config
         # stays unless a challenger is faster beyond the timing noise.
-        dump_data.append(cache.label)
-        dump_flags.append("--autotune_incumbents_from=$(execpath %s)" % cache.label)
+        dump_data = dump_data + [cache.label]
+        dump_flags.append("--autotune_incumbents_from=" + cache.expression)
     test_rule(
         name = name + DUMP_SUFFIX,
         data = dump_data,
-        env = _test_env(name, env, dump_flags),
+        env = _test_env(what, env, dump_flags),
         tags = dump_tags,
         shard_count = 1,
         **common
     )
 
-def autotune_cache_test(name, test_rule, cache, kernel_modules = [], tool = None, deps = [], **kwargs):
+def autotune_cache_test(name, test_rule, cache, kernel_modules = [], tool = None, deps = [], env = {}, **kwargs):
     """Validates a checked-in autotune cache on the CPU.
 
     The test fails when the cache does not parse, its format version is not
@@ -266,25 +240,36 @@ def autotune_cache_test(name, test_rule, cache, kernel_modules = [], tool = None
       kernel_modules: Python modules whose tuned kernels are the tree's.
       tool: the validation script (default: the one in this repository).
       deps: py_library targets that provide kernel_modules.
+      env: environment of the test, added to TRITON_INTERPRET=1 (which it
+        may override); no select().
       **kwargs: passed to test_rule.
     """
+    what = "autotune_cache_test(name = %r)" % name
+    _check_env(what, env)
     tool = tool or Label("//tools:validate_cache.py")
-    found = _cache_file(cache, "autotune_cache_test(name = %r): cache" % name)
+    found = _cache_file(cache, what + ": cache")
     if found.exists == False:
-        args = [found.path]
+        cache_args = [found.runfiles_path]
         data = []
     else:
-        args = ["$(execpath %s)" % found.label]
+        cache_args = [found.expression]
         data = [found.label]
-    for module in kernel_modules:
-        args.append("--kernel_module=" + module)
+    test_env = {"TRITON_INTERPRET": "1"}
+    test_env.update(env)
+
+    # The entry point checks the Python packages first: without them the
+    # test stops with one line naming the python_deps flag.
+    entry = Label("//tools:require_python_deps.py")
     test_rule(
         name = name,
-        srcs = [tool],
-        main = tool,
-        args = args,
+        srcs = [entry, tool],
+        main = entry,
+        args = [
+            "--packages=" + (KERNEL_PACKAGES if kernel_modules else RUNTIME_PACKAGES),
+            "$(rootpath %s)" % tool,
+        ] + cache_args + ["--kernel_module=" + m for m in kernel_modules],
         data = data,
         deps = deps + [Label("//:autotune")],
-        env = {"TRITON_INTERPRET": "1"},
+        env = test_env,
         **kwargs
     )

@@ -1,0 +1,159 @@
+"""Unit tests of rules/private/helpers.bzl (bazel-skylib's unittest)."""
+
+load("@bazel_skylib//lib:unittest.bzl", "asserts", "unittest")
+load(
+    "//rules/private:helpers.bzl",
+    "cache_path_expression",
+    "combine_flags",
+    "env_select_errors",
+    "flags_env",
+    "is_main_repository",
+    "is_select",
+    "parse_cache_label",
+    "runtime_python_path",
+    "split_flags",
+)
+
+def _combine_flags_test(ctx):
+    env = unittest.begin(ctx)
+    combined = combine_flags([
+        "--load_autotune_results_from=a.textproto",
+        "--autotune_miss_policy=nearest",
+        "",
+        "--load_autotune_results_from=b.textproto",
+        "--require_complete_autotune_results",
+        "--require_complete_autotune_results",
+        "--autotune_miss_policy=nearest",
+    ])
+    asserts.equals(env, None, combined.error)
+    asserts.equals(env, [
+        "--load_autotune_results_from=a.textproto,b.textproto",
+        "--autotune_miss_policy=nearest",
+        "--require_complete_autotune_results",
+    ], combined.flags)
+
+    # A list flag with an empty first value takes the second without a
+    # leading comma.
+    asserts.equals(
+        env,
+        ["--autotune_incumbents_from=x.pb"],
+        combine_flags(["--autotune_incumbents_from=", "--autotune_incumbents_from=x.pb"]).flags,
+    )
+
+    conflict = combine_flags(["--autotune_expected_gpu=H100", "--autotune_expected_gpu=H200"])
+    asserts.equals(
+        env,
+        "--autotune_expected_gpu is given twice, as \"H100\" and \"H200\" (env AUTOTUNE_FLAGS, " +
+        "autotune_flags and the macro's own attributes must agree)",
+        conflict.error,
+    )
+    return unittest.end(env)
+
+combine_flags_test = unittest.make(_combine_flags_test)
+
+def _split_flags_test(ctx):
+    env = unittest.begin(ctx)
+    asserts.equals(env, ["--a=1", "--b=2", "--c"], split_flags(" --a=1\t--b=2\n --c "))
+    asserts.equals(env, [], split_flags(""))
+    asserts.equals(env, None, split_flags("--a='x y'"))
+    asserts.equals(env, None, split_flags("--a=\"x\""))
+    asserts.equals(env, None, split_flags("--a=x\\ y"))
+    return unittest.end(env)
+
+split_flags_test = unittest.make(_split_flags_test)
+
+def _flags_env_test(ctx):
+    env = unittest.begin(ctx)
+    merged = flags_env(
+        {"AUTOTUNE_FLAGS": "--load_autotune_results_from=a.textproto", "OTHER": "1"},
+        ["--load_autotune_results_from=b.textproto", "--require_complete_autotune_results"],
+    )
+    asserts.equals(env, None, merged.error)
+    asserts.equals(env, {
+        "AUTOTUNE_FLAGS": "--load_autotune_results_from=a.textproto,b.textproto --require_complete_autotune_results",
+        "OTHER": "1",
+    }, merged.env)
+
+    # Shell quoting: the user's text is passed on as it is, first.
+    quoted = flags_env({"AUTOTUNE_FLAGS": "--x='a b'"}, ["--y=1", "--y=1"])
+    asserts.equals(env, "--x='a b' --y=1", quoted.env["AUTOTUNE_FLAGS"])
+    asserts.equals(env, {"AUTOTUNE_FLAGS": "--y=1"}, flags_env({}, ["--y=1"]).env)
+    asserts.true(env, flags_env({"AUTOTUNE_FLAGS": "--y=1"}, ["--y=2"]).error != None)
+    return unittest.end(env)
+
+flags_env_test = unittest.make(_flags_env_test)
+
+def _parse_cache_label_test(ctx):
+    env = unittest.begin(ctx)
+    for label in ["//testdata:x.textproto", "@//testdata:x.textproto", "@@//testdata:x.textproto"]:
+        parsed = parse_cache_label(label, "pkg")
+        asserts.equals(env, None, parsed.error, label)
+        asserts.equals(env, "testdata/x.textproto", parsed.path, label)
+        asserts.equals(env, "//testdata:x.textproto", parsed.label, label)
+        asserts.false(env, parsed.local, label)
+
+    # In the calling package: a relative label, its own package spelled
+    # out, or a file in a subdirectory without a BUILD file.
+    for label in [":x.textproto", "x.textproto", "//pkg:x.textproto", "@//pkg:x.textproto"]:
+        parsed = parse_cache_label(label, "pkg")
+        asserts.equals(env, "pkg/x.textproto", parsed.path, label)
+        asserts.equals(env, ":x.textproto", parsed.label, label)
+        asserts.true(env, parsed.local, label)
+    parsed = parse_cache_label("testdata/mine.textproto", "")
+    asserts.equals(env, "testdata/mine.textproto", parsed.path)
+    asserts.equals(env, ":testdata/mine.textproto", parsed.label)
+
+    # A package label alone names the file with the package's last name.
+    asserts.equals(env, "a/b/b", parse_cache_label("//a/b", "").path)
+
+    other = parse_cache_label("@other//testdata:x.textproto", "pkg")
+    asserts.true(env, other.error != None and "\"@other//testdata:x.textproto\": the cache must be" in other.error)
+    return unittest.end(env)
+
+parse_cache_label_test = unittest.make(_parse_cache_label_test)
+
+def _repositories_test(ctx):
+    env = unittest.begin(ctx)
+    for name in ["", "@", "@@"]:
+        asserts.true(env, is_main_repository(name), name)
+    asserts.false(env, is_main_repository("@rules_autotune"))
+    asserts.false(env, is_main_repository("@rules_autotune+"))
+
+    # The seed recipe in the main repository; the runfiles path elsewhere.
+    asserts.equals(env, "$(execpath :c.textproto)", cache_path_expression(":c.textproto", True))
+    asserts.equals(env, "$(rootpath :c.textproto)", cache_path_expression(":c.textproto", False))
+
+    asserts.equals(env, ".", runtime_python_path("", ""))
+    asserts.equals(env, ".:../rules_autotune+", runtime_python_path("rules_autotune+", ""))
+    asserts.equals(env, ".:../lib+:../rules_autotune+", runtime_python_path("rules_autotune+", "lib+"))
+    asserts.equals(env, ".:../rules_autotune", runtime_python_path("rules_autotune", "rules_autotune"))
+    return unittest.end(env)
+
+repositories_test = unittest.make(_repositories_test)
+
+def _select_test(ctx):
+    env = unittest.begin(ctx)
+    chosen = select({"//conditions:default": ["a"]})
+    asserts.true(env, is_select(chosen))
+    asserts.true(env, is_select(["b"] + chosen))
+    asserts.false(env, is_select(["a"]))
+    asserts.false(env, is_select({"A": "1"}))
+    asserts.equals(env, [], env_select_errors("t", {"A": "1"}))
+    errors = env_select_errors("gpu_autotuned_test(name = \"t\")", {"A": "1", "B": select({"//conditions:default": "2"})})
+    asserts.equals(env, 1, len(errors))
+    asserts.true(env, errors[0].startswith("gpu_autotuned_test(name = \"t\"): env[\"B\"] may not be a select()"), errors[0])
+    asserts.equals(env, 1, len(env_select_errors("t", select({"//conditions:default": {}}))))
+    return unittest.end(env)
+
+select_test = unittest.make(_select_test)
+
+def helpers_test_suite(name):
+    unittest.suite(
+        name,
+        combine_flags_test,
+        split_flags_test,
+        flags_env_test,
+        parse_cache_label_test,
+        repositories_test,
+        select_test,
+    )
