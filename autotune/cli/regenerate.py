@@ -51,6 +51,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -263,7 +264,6 @@ def bazel_release(bazel, cwd):
     """(major, minor) of the running Bazel, or None when it does not say
     (Debian's bazel-bootstrap reports no_version)."""
     result = _bazel(bazel, ["info", "release"], cwd)
-    import re
     match = re.search(r"(\d+)\.(\d+)", result.stdout or "")
     if result.returncode != 0 or not match:
         return None
