@@ -35,6 +35,7 @@ from autotune.cache import merge
 from autotune.cache import io as cache_io
 from autotune.cache.io import materialize, read_cache, stats, write_cache
 from autotune.cli import merge_driver, remote_tool, report
+from autotune.report import summary
 from autotune.records import KEY_VERSION, Config, major_minor
 from autotune.runtime import offers
 from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
@@ -45,7 +46,6 @@ POLICIES = merge.POLICIES
 
 
 def _show_candidates(args):
-    from autotune.report import summary
     out = []
     for path in args.paths:
         entries = read_cache(path, parse_all=True)
@@ -108,12 +108,12 @@ def cmd_show(args):
         entries = read_cache(path, parse_all=True)
         info = stats(entries, path)
         if args.entries:
-            from autotune.report.summary import entry_sort_key  # n=50, 100
             info["list"] = [{"device": e.key.device, "kernel": e.key.kernel,
                              "signature": e.key.signature,
                              "best": e.best.short(),
                              "run_time_us": e.run_time_us}
-                            for e in sorted(entries, key=entry_sort_key)]
+                            for e in sorted(entries,
+                                             key=summary.entry_sort_key)]
         out.append(info)
     if args.json:
         print(json.dumps(out if len(out) > 1 else out[0], indent=2))
@@ -197,14 +197,7 @@ class Diff:
                        f"{c['old']} -> {c['new']}"
                        + (f" ({pct:+.1f}% run time)" if pct is not None
                           else ""))
-        total = sum(self.counts())
-        out = []
-        for line in generate():
-            if limit is not None and len(out) >= limit:
-                out.append(f"... and {total - limit} more")
-                break
-            out.append(line)
-        return out
+        return summary.at_most(generate(), sum(self.counts()), limit)
 
 
 def cmd_diff(args):

@@ -190,6 +190,23 @@ def _jit_function(fn):
         "under the interpreter cannot be compiled for a GPU)")
 
 
+def _failed(result, exc, start):
+    """`result` as a failed compile: the failure classified as the runtime
+    classifies it (a compile's runtime error is a compile error), the
+    reason the exception's last line."""
+    from autotune.measure import backends  # loads torch: only on a failure
+    result.ok = False
+    result.failure = backends.classify_failure(exc)
+    if result.failure == "RUNTIME_ERROR":
+        result.failure = "COMPILE_ERROR"
+    lines = [ln.strip() for ln in str(exc).strip().splitlines()
+             if ln.strip()]
+    result.reason = (f"{type(exc).__name__}: "
+                     + (lines[-1] if lines else ""))[:200]
+    result.seconds = round(time.perf_counter() - start, 3)
+    return result
+
+
 def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
                 num_ctas, target, maxnreg=None):
     """Compiles one config for `target`; returns a Result."""
@@ -197,7 +214,6 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from autotune.measure import backends
     jit = _jit_function(kernel)
     fn = jit.fn
     params = inspect.signature(fn).parameters
@@ -258,17 +274,8 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
         compiled = triton.compile(
             ASTSource(jit, types, constexprs=constexprs, attrs=attrs),
             target=GPUTarget("cuda", target.capability, 32), options=options)
-    except Exception as e:  # classified; the reason is its last line
-        result.ok = False
-        result.failure = backends.classify_failure(e)
-        if result.failure == "RUNTIME_ERROR":
-            result.failure = "COMPILE_ERROR"
-        lines = [ln.strip() for ln in str(e).strip().splitlines()
-                 if ln.strip()]
-        result.reason = (f"{type(e).__name__}: "
-                         + (lines[-1] if lines else ""))[:200]
-        result.seconds = round(time.perf_counter() - start, 3)
-        return result
+    except Exception as e:
+        return _failed(result, e, start)
     result.shared = int(getattr(compiled.metadata, "shared", 0) or 0)
     result.registers, result.stack = resource_usage(compiled.asm["cubin"])
     result.seconds = round(time.perf_counter() - start, 3)
@@ -542,17 +549,7 @@ def _compile_launch_task(task):
         compiled = triton_compile(ASTSource(jit, signature, constexprs, attrs),
                                   target=GPUTarget(*target), options=options)
     except Exception as e:  # the launch meets the same error, and says so
-        from autotune.measure import backends
-        result.ok = False
-        result.failure = backends.classify_failure(e)
-        if result.failure == "RUNTIME_ERROR":
-            result.failure = "COMPILE_ERROR"
-        lines = [ln.strip() for ln in str(e).strip().splitlines()
-                 if ln.strip()]
-        result.reason = (f"{type(e).__name__}: "
-                         + (lines[-1] if lines else ""))[:200]
-        result.seconds = round(time.perf_counter() - start, 3)
-        return dataclasses.asdict(result)
+        return dataclasses.asdict(_failed(result, e, start))
     result.shared = int(getattr(compiled.metadata, "shared", 0) or 0)
     result.registers, result.stack = resource_usage(
         compiled.asm.get("cubin", b""))

@@ -269,10 +269,16 @@ class CacheChanges:
                        "kernel changed, winner unchanged)")
         total = (len(self.added) + len(self.removed) + len(self.changed) +
                  len(self.retuned))
-        out = []
-        for line in generate():
-            if limit is not None and len(out) >= limit:
-                out.append(f"... and {total - limit} more")
-                break
-            out.append(line)
-        return out
+        return at_most(generate(), total, limit)
+
+
+def at_most(lines, total, limit=None):
+    """The first `limit` of `total` lines (an iterable), then "... and N
+    more" for the rest; every line when limit is None."""
+    out = []
+    for line in lines:
+        if limit is not None and len(out) >= limit:
+            out.append(f"... and {total - limit} more")
+            break
+        out.append(line)
+    return out
