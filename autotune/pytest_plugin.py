@@ -197,8 +197,11 @@ def _check_ini_keys(config):
 
 
 def _ini_given(config, name):
-    return name in (getattr(config, "inicfg", {}) or {}) or \
-        name in config.stash[_INI].override_names(config.option)
+    """Whether the ini file or -o sets `name` (read from the file itself:
+    config.inicfg is deprecated from pytest 9.2)."""
+    ini = config.stash[_INI]
+    return name in ini.file_keys(config) or \
+        name in ini.override_names(config.option)
 
 
 def _ini_source(config, name):

@@ -201,8 +201,8 @@ def test_update_from_nothing_writes_every_fusion(tuned):
     entry = entries[("double_kernel", "n=20;dtypes=x:float32,y:float32")]
     # (with what only the run knows: status, source, the device turn)
     run_fields = {k: fusions[-1][k] for k in (
-        "status", "source", "device_wait_s", "tuning_start", "tuning_end")
-        if k in fusions[-1]}
+        "status", "source", "miss_reason", "device_wait_s", "tuning_start",
+        "tuning_end") if k in fusions[-1]}
     record = summary.fusion_record(entry.key, entry, **run_fields)
     assert set(fusions[-1]) == set(record)
 

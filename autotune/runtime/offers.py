@@ -8,6 +8,8 @@ prunes, or its search space); otherwise the entry is stale and re-tuned.
 Configs added to a list leave the entry a hit, with the added configs
 counted as never measured (an update measures just those).
 """
+from autotune.errors import CacheFileError
+
 NOT_OFFERED = "config no longer offered"
 
 
@@ -50,7 +52,13 @@ class Offer:
         explored in part by design: none)."""
         if self.configs is None:
             return []
-        measured = {c.config for c in entry.candidates}
+        try:
+            candidates = entry.candidates
+        except (CacheFileError, ValueError):
+            # A candidate that does not decode: the hit stands (its winner
+            # decoded); the report names the bad entry.
+            return []
+        measured = {c.config for c in candidates}
         measured.add(entry.best)
         return [c for c in self.configs if c not in measured]
 
