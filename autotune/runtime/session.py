@@ -442,6 +442,7 @@ class Session:
         measured: those are measured with its winner as the incumbent (not
         the whole list again), and their times join the entry's."""
         tuned = tune_fn([], [entry.best] + unmeasured)
+        spent = tuned.provenance.tuning_seconds
         if tuned.best == entry.best:
             # The winner stays, its entry as it was but for the new times.
             new = [c for c in tuned.candidates if c.config in unmeasured]
@@ -454,8 +455,7 @@ class Session:
         tuned = tuned.replace(candidates=sorted(
             tuned.candidates, key=lambda c: c.config.sort_key))
         self.stats.tuned += 1
-        self.stats.tuning_seconds += tuned.provenance.tuning_seconds \
-            if tuned.best != entry.best else 0.0
+        self.stats.tuning_seconds += spent
         self.stats.fusions[key] = {
             "status": "tuned", "source": None,
             "miss_reason": f"{len(unmeasured)} offered config(s) added",
