@@ -14,11 +14,11 @@ from autotune.measure import device_lock
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _spawn(script, *args, env=None):
+def _spawn(script, *args, env=None, stdin=None):
     return subprocess.Popen(
         [sys.executable, os.path.join(HERE, "workers", script)]
         + [str(a) for a in args], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env=env)
+        stderr=subprocess.PIPE, text=True, env=env, stdin=stdin)
 
 
 def test_sigkilled_holder_frees_the_lock(tmp_path):
@@ -96,7 +96,15 @@ def test_two_processes_tune_one_at_a_time(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1",
                AUTOTUNE_LOCK_DIR=str(tmp_path / "locks"))
     reports = [tmp_path / f"report{i}.json" for i in range(2)]
-    procs = [_spawn("lock_tuner.py", r, 40, 72, env=env) for r in reports]
+    procs = [_spawn("lock_tuner.py", r, 40, 72, env=env,
+                    stdin=subprocess.PIPE) for r in reports]
+    # Both start tuning at once (imports take seconds, and unequally):
+    # each says READY, then waits for GO.
+    for p in procs:
+        assert p.stdout.readline().strip() == "READY", p.stderr.read()
+    for p in procs:
+        p.stdin.write("GO\n")
+        p.stdin.flush()
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -110,7 +118,7 @@ def test_two_processes_tune_one_at_a_time(tmp_path):
                        for i, tuned in enumerate(fusions) for f in tuned)
     for (s0, e0, _), (s1, e1, _) in zip(intervals, intervals[1:]):
         assert e0 <= s1, intervals  # never two tunings at once
-    # Both processes started together: each waited for the other at least
+    # Both processes started together: one waited for the other at least
     # once (the one that lost the first race, and the other for its second
     # fusion unless it finished both first).
     waits = [[f["device_wait_s"] for f in tuned] for tuned in fusions]
