@@ -44,7 +44,8 @@ BACKENDS = ("auto", "gpu", "interpreter")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest",
-               "candidate_benchmarks", "tuning_seconds", "saved_seconds")
+               "candidate_benchmarks", "tuning_seconds", "saved_seconds",
+               "unmeasured_configs", "drifted_entries")
 WORKER_KEY = "autotune"
 SHARED_DIR_KEY = "autotune_shared_fusion_dir"
 
@@ -489,9 +490,14 @@ class AutotunePlugin:
         # raised one; other misses are judged by the same rule here.
         raised = getattr(call.excinfo, "value", None)
         stale = getattr(raised, "stale", None) or {}
+        # A cached entry of this very key the runtime would not use (a
+        # config no longer offered, another version under strict matching).
+        refusals = sess.miss_refusals
         for key in new:
             self._reported_misses.add(key)
-            if key in stale:
+            if key in refusals:
+                status, reason = "stale", refusals[key]
+            elif key in stale:
                 status, reason = "stale", _stale_reason(key, [stale[key]])
             else:
                 status, reason = classify_miss(key, loaded)
@@ -641,18 +647,19 @@ class AutotunePlugin:
         self.diff = diff
         self.result["changes"] = diff.as_dict()
         self.result["entries"] = len(new)
-        if not diff and os.path.exists(cache):
-            self.result["written"] = False
-            self.result["not_written_because"] = "no change"
-            return
         try:
-            codec.dump_results(new, cache)
+            # Leaves a file that already holds these bytes alone (an
+            # unchanged cache keeps its inode and time stamps); an entry
+            # whose winner stayed may still have gained measured configs.
+            written = codec.dump_results(new, cache)
         except (codec.CacheFileError, OSError) as e:
             self.result["written"] = False
             self.result["not_written_because"] = str(e)
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             return
-        self.result["written"] = True
+        self.result["written"] = bool(written)
+        if not written:
+            self.result["not_written_because"] = "no change"
 
     def pytest_terminal_summary(self, terminalreporter):
         r = self.result
@@ -676,6 +683,15 @@ class AutotunePlugin:
             f"{r['saved_seconds']:.2f} s saved "
             f"({r['mode'] + ('=all' if r.get('retune') else '')} "
             f"{_relative(r['cache'], self.config)})")
+        if r.get("unmeasured_configs"):
+            tr.write_line(f"autotune: {r['unmeasured_configs']} offered "
+                          "config(s) never measured (added to a config "
+                          "list): `pytest --autotune-update` measures them")
+        if r.get("drifted_entries"):
+            tr.write_line(f"autotune: {r['drifted_entries']} hit(s) tuned "
+                          "under another Triton, torch or CUDA version: "
+                          "`pytest --autotune-update=all` refreshes them "
+                          "(docs/trusting-caches.md)")
         # In load mode each line says how to fix it; an update fixes them.
         fix = "" if r["mode"] == "update" else \
             "; fix: `pytest --autotune-update`, then commit the cache"

@@ -7,6 +7,7 @@ from autotune import codec
 from autotune.cache import update
 from autotune.cli import regenerate
 from autotune.pytest_plugin import AutotunePlugin
+from autotune.records import Candidate, Config
 from autotune.runtime.session import Session
 
 from test_e2e_tools import CPU, GPU, entry
@@ -34,6 +35,19 @@ def test_an_unchanged_winner_keeps_the_files_entry_verbatim():
     # A new winner replaces it.
     faster = entry(1, block=128, time_us=5.0)
     assert update.update([in_file], [("run", [faster])]).entries == [faster]
+
+
+def test_an_unchanged_winner_with_configs_measured_anew_takes_the_runs():
+    """Configs added to a list and measured by an update: the winner
+    stayed, but the entry carries their times (else every update measures
+    them again)."""
+    in_file = entry(1, time_us=10.0, stamp="2026-01-01T00:00:00Z")
+    added = Candidate(Config({"BLOCK": 16}, num_warps=4), 30.0)
+    rerun = in_file.replace(candidates=in_file.candidates + (added,))
+    assert update.update([in_file], [("run", [rerun])]).entries == [rerun]
+    assert {c.config for c in update.update(
+        [in_file], [("run", [rerun])]).entries[0].candidates} == \
+        {in_file.best, added.config}
 
 
 def test_the_rest_is_kept_or_pruned_on_the_given_devices_only():

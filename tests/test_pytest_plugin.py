@@ -13,6 +13,7 @@ import time
 import pytest
 
 from autotune import codec
+from autotune.records import Config
 
 from test_results_io import make_entries
 from tests_support import HOSTILE_URLS, assert_no_secret, environment
@@ -882,3 +883,57 @@ def test_the_pytest_extra_installs_pytest_and_the_docs_say_so():
     assert "pip install '/path/to/rules_autotune[pytest]'" in text
     assert "pip install torch --index-url https://download.pytorch.org/" \
         "whl/cpu" in text
+
+
+def test_configs_removed_and_added_as_the_plugin_reports_them(project):
+    """A winner deleted from the list is stale, named with its config; a
+    config added keeps the hits and is counted; an update measures it and
+    writes its times into the cache, and the next update has nothing left
+    to measure."""
+    cache = project.path / CACHE
+    tuned = {e.key.kernel: e.best for e in codec.load_results(str(cache))}
+    winner = tuned["add_one_kernel"].kwargs["BLOCK"]
+    other = 48 - winner  # 16 <-> 32
+    # add_one keeps only the loser and gains 64; double keeps both.
+    (project.path / "kernels.py").write_text(textwrap.dedent(KERNELS).replace(
+        "@autotune.autotune(configs=CONFIGS, key=[\"n\"])\n@triton.jit\n"
+        "def add_one_kernel",
+        f"@autotune.autotune(configs=[Config({{'BLOCK': {other}}}), "
+        "Config({'BLOCK': 64})], key=[\"n\"])\n@triton.jit\n"
+        "def add_one_kernel", 1))
+    # (only add_one's tests: the project's statistics test expects no
+    # tuning in load mode)
+    result = run_pytest(project, *PLUGIN, "-k", "add_one")
+    assert result.returncode == 0, result.output
+    assert ("stale: add_one_kernel [n=20;dtypes=x:float32,y:float32] on "
+            f"cpu/triton-interpreter/triton-{triton_version()}: config no "
+            f"longer offered (BLOCK={winner} ") in result.output
+    # The update re-tunes add_one among what it offers now.
+    result = run_pytest(project, *PLUGIN, "--autotune-update")
+    assert result.returncode == 0, result.output
+    # double gains a config: its hits stand, the new config is counted.
+    (project.path / "kernels.py").write_text(
+        (project.path / "kernels.py").read_text().replace(
+            "CONFIGS = [Config({\"BLOCK\": 16}, num_warps=1), "
+            "Config({\"BLOCK\": 32})]",
+            "CONFIGS = [Config({\"BLOCK\": 16}, num_warps=1), "
+            "Config({\"BLOCK\": 32}), Config({\"BLOCK\": 128})]"))
+    result = run_pytest(project, *PLUGIN)
+    assert result.returncode == 0, result.output
+    assert "autotune: 1 offered config(s) never measured" in result.output
+    before = cache.read_bytes()
+    result = run_pytest(project, *PLUGIN, "--autotune-update")
+    assert result.returncode == 0, result.output
+    assert cache.read_bytes() != before
+    double = [e for e in codec.load_results(str(cache), parse_all=True)
+              if e.key.kernel == "double_kernel"]
+    assert all(Config({"BLOCK": 128}) in {c.config for c in e.candidates}
+               for e in double)
+    result = run_pytest(project, *PLUGIN, "--autotune-update")
+    assert "left untouched (no change)" in result.output
+    assert "0 candidate benchmarks" in result.output
+
+
+def triton_version():
+    import triton
+    return triton.__version__

@@ -11,7 +11,9 @@ with a run's results, used by the dump at exit
    file's entries of that fusion, whatever their fingerprint; where the
    key and the winner are the same, the file's entry stays verbatim (its
    times, candidates and timestamp too), so that a run that changed
-   nothing leaves the file byte-identical.
+   nothing leaves the file byte-identical; unless the run measured
+   configs the file's entry never did (configs added to a list), whose
+   times the run's entry carries.
 3. The file's other entries are kept, except on the devices given as
    `prune_devices`: there, an entry no run produced any more (a kernel
    that changed, a shape no test uses) is removed. Another device's
@@ -36,6 +38,13 @@ def fusion_of(key):
     return key.device, key.kernel, key.signature
 
 
+def _measured_more(entry, previous):
+    """Whether `entry` holds candidates of configs `previous` never
+    measured."""
+    return bool({c.config for c in entry.candidates}
+                - {c.config for c in previous.candidates})
+
+
 def update(old_entries, runs, prune_devices=()):
     """old_entries: the file's entries ([] for a new file). runs: [(source
     name, entries)], in order. prune_devices: devices whose entries no run
@@ -46,9 +55,13 @@ def update(old_entries, runs, prune_devices=()):
     entries = []
     for entry in tuned:
         previous = old_by_key.get(entry.key)
-        # Same key, same winner: the file's entry stays as it is.
-        entries.append(previous if previous is not None
-                       and previous.best == entry.best else entry)
+        # Same key, same winner: the file's entry stays as it is, unless
+        # the run measured configs it never did (configs added to the
+        # decoration's list: their times join it, and the next update
+        # finds nothing left to measure).
+        keep = previous is not None and previous.best == entry.best and \
+            not _measured_more(entry, previous)
+        entries.append(previous if keep else entry)
     superseded = {fusion_of(e.key) for e in tuned}
     new_keys = {e.key for e in tuned}
     prune_devices = set(prune_devices)

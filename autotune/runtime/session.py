@@ -66,6 +66,11 @@ class Stats:
         self.version_drift = collections.Counter()
         self.unmeasured_configs = 0  # offered configs hits never measured
 
+    @property
+    def drifted_entries(self):
+        """Hits tuned under another Triton, torch or CUDA major.minor."""
+        return sum(self.version_drift.values())
+
     def as_dict(self):
         return {"hits": self.hits, "remote_hits": self.remote_hits,
                 "misses": self.misses,
@@ -552,7 +557,9 @@ class Session:
         wanted = {(k.device, k.kernel, k.signature): k for k in keys}
         return {wanted[(k.device, k.kernel, k.signature)]: k.fingerprint
                 for k in self.cache.loaded
-                if (k.device, k.kernel, k.signature) in wanted}
+                if (k.device, k.kernel, k.signature) in wanted
+                and k.fingerprint != wanted[(k.device, k.kernel,
+                                             k.signature)].fingerprint}
 
     @contextlib.contextmanager
     def device_turn(self, key):
