@@ -5,7 +5,6 @@ tools/bazel_offline; .ci/run installs it). Set AUTOTUNE_SKIP_BAZEL_TESTS=1
 to skip on a machine without Bazel.
 """
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,13 +16,11 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import run_example_suite as suite  # noqa: E402
+from tests_support import needs_bazel  # noqa: E402
 
 from autotune import codec  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("AUTOTUNE_SKIP_BAZEL_TESTS") == "1"
-    or shutil.which(os.environ.get("BAZEL", "bazel")) is None,
-    reason="bazel is not installed")
+pytestmark = needs_bazel
 
 SUITE = "//examples:fused_kernels_test"
 XLA_CACHE = "testdata/xla_style.textproto"

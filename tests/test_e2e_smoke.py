@@ -43,13 +43,11 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import run_example_suite as suite  # noqa: E402
+from tests_support import BAZEL, needs_bazel  # noqa: E402
 
 from autotune import codec  # noqa: E402
 
-BAZEL = os.environ.get("BAZEL", "bazel")
-pytestmark = pytest.mark.skipif(
-    os.environ.get("AUTOTUNE_SKIP_BAZEL_TESTS") == "1"
-    or shutil.which(BAZEL) is None, reason="bazel is not installed")
+pytestmark = needs_bazel
 
 CACHE = "testdata/smoke.textproto"
 REGENERATE = "bazel run @rules_autotune//tools:regenerate"

@@ -10,8 +10,6 @@ no analysis test can catch: those are driven here with `bazel query`.
 """
 import os
 import re
-import shutil
-import subprocess
 import sys
 import textwrap
 
@@ -22,11 +20,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import run_example_suite as suite  # noqa: E402
+from tests_support import needs_bazel  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("AUTOTUNE_SKIP_BAZEL_TESTS") == "1"
-    or shutil.which(os.environ.get("BAZEL", "bazel")) is None,
-    reason="bazel is not installed")
+pytestmark = needs_bazel
 
 SKYLIB = os.environ.get("BAZEL_SKYLIB_DIR", "/usr/share/bazel/tools/skylib")
 STARLARK_TESTS = 11  # rules/tests: 6 unit tests, 5 analysis tests

@@ -2,6 +2,7 @@
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import subprocess
 import textwrap
@@ -14,6 +15,13 @@ from autotune.cli import cache_tool
 from autotune.records import CacheKey, Candidate, Entry, Provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+BAZEL = os.environ.get("BAZEL", "bazel")
+# The tests that run a real Bazel: skipped where none is installed, or when
+# AUTOTUNE_SKIP_BAZEL_TESTS=1 asks for the quick set.
+needs_bazel = pytest.mark.skipif(
+    os.environ.get("AUTOTUNE_SKIP_BAZEL_TESTS") == "1"
+    or shutil.which(BAZEL) is None, reason="bazel is not installed")
 
 
 def entry_for(config, signature="n=1;dtypes=x:float32", device="cpu/test",
