@@ -366,7 +366,12 @@ class Entry:
 
 
 class SelectionRule(NamedTuple):
-    """How a winner is chosen among correct candidates.
+    """The head-to-head rule: how an incumbent is held against a challenger
+    (a re-tune, an update), and what the merge rule (cache/merge.py) and
+    the report's winner reasons (report/summary.py) apply to two stored
+    entries. A fresh tune without an incumbent is decided by the contest
+    instead (autotune.measure.tuner:ContestRule: a short screen, then
+    rounds where the timings cannot yet separate candidates).
 
     1. Preference order: the incumbent (if it ran correctly), then every
        candidate the first pass cannot tell from the fastest -- time within
