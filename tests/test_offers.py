@@ -268,3 +268,21 @@ def test_waiting_for_the_device_is_not_tuning_time(session_factory, tmp_path,
     assert entry.provenance.tuning_seconds < fusion["device_wait_s"] - 1.0
     assert sess.stats.tuning_seconds == pytest.approx(
         entry.provenance.tuning_seconds, abs=1e-3)
+
+
+def test_a_call_prunes_its_configs_once(session_factory, tmp_path):
+    """The lookup holds the cached winner against the pruned list; the
+    miss that follows tunes that same list instead of pruning again (a
+    perf_model may be costly)."""
+    dump, entry = tuned_cache(session_factory, tmp_path, [A, B])
+    calls = []
+
+    def prune(configs, nargs, **kwargs):
+        calls.append(len(configs))
+        return [c for c in configs if c != entry.best]
+    session_factory(load_autotune_results_from=[str(dump)])
+    tuned = tk.make_tuner([A, B, C], prune_configs_by={
+        "early_config_prune": prune})
+    tk.run(tuned, 40)
+    assert tuned.best_config != entry.best
+    assert calls == [3]

@@ -464,12 +464,14 @@ class Autotuner(TritonAutotuner):
         started = time.perf_counter()
         tuned = []
 
+        offer = self._offer(args, kwargs)
+
         def tune(seeds, only):
             tuned.append(True)
             return self._tune(sess, key, named, grid, args, kwargs, seeds,
-                              only)
+                              only, offer)
         entry = sess.resolve(key, tune, lambda: self._neighbours(sess, key),
-                             self._offer(args, kwargs))
+                             offer)
         config = entry.best
         original = self._originals.get(config, config)
         if _triton_prints_autotuning():
@@ -695,7 +697,8 @@ class Autotuner(TritonAutotuner):
             self._warned.add(what)
             warnings.warn(text, AutotuneWarning, stacklevel=_caller_level())
 
-    def _tune(self, sess, key, named, grid, args, kwargs, seeds, only=None):
+    def _tune(self, sess, key, named, grid, args, kwargs, seeds, only=None,
+              offer=None):
         """The entry for a miss: the configs pruned as Triton prunes them,
         tuned by the miss path (autotune.runtime.tuning), and what Triton's
         autotuner leaves on the object after a tuning."""
@@ -706,7 +709,9 @@ class Autotuner(TritonAutotuner):
         try:
             configs = None
             if self.space is None:
-                configs = self._convert(self.prune_configs(kwargs))
+                # Pruned once per call: the lookup's offer, when it has it.
+                configs = offer.pruned if offer is not None else \
+                    self._convert(self.prune_configs(kwargs))
                 # The first offered config, an untuned launch's: always
                 # measured, so the entry records what tuning bought.
                 default = configs[0]

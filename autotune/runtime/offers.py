@@ -24,14 +24,22 @@ class Offer:
 
     def __init__(self, configs_fn=None, space=None):
         self._configs_fn = configs_fn
-        self._configs = None
+        self._pruned = None
         self.space = space
 
     @property
+    def pruned(self):
+        """The list as pruned, computed once: a miss of the same call tunes
+        it (pruning may run the user's perf_model)."""
+        if self._pruned is None and self._configs_fn is not None:
+            self._pruned = list(self._configs_fn())
+        return self._pruned
+
+    @property
     def configs(self):
-        if self._configs is None and self._configs_fn is not None:
-            self._configs = list(dict.fromkeys(self._configs_fn()))
-        return self._configs
+        """The configs offered, each once."""
+        pruned = self.pruned
+        return None if pruned is None else list(dict.fromkeys(pruned))
 
     def why_not(self, config):
         """None when `config` is offered; else why it is not, in words."""
