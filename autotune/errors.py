@@ -141,12 +141,20 @@ class AutotuneCacheMissError(AutotuneError):
 _NO_CONFIG_AFTER_PRUNING = []
 
 
-def no_config_after_pruning(message):
+# Triton's message for it (triton/runtime/autotuner.py, prune_configs),
+# word for word: code written against triton.autotune matches it.
+NO_CONFIG_AFTER_PRUNING = (
+    "No valid autotuner configs after pruning. `early_config_prune` should "
+    "return at least one config.")
+
+
+def no_config_after_pruning(kernel_name):
     """The error for an early_config_prune that left no config: an
     AutotuneError and, where the installed Triton has one (3.7+), Triton's
     own AutotunerError, which code written against triton.autotune
-    catches. The class is made on first use: this module imports no
-    Triton at its head (the cache tool starts without it)."""
+    catches, with Triton's message and the kernel's name as a note. The
+    class is made on first use: this module imports no Triton at its head
+    (the cache tool starts without it)."""
     if not _NO_CONFIG_AFTER_PRUNING:
         try:  # Triton is heavy, and older ones lack the type
             from triton.runtime.errors import AutotunerError
@@ -156,4 +164,11 @@ def no_config_after_pruning(message):
         _NO_CONFIG_AFTER_PRUNING.append(type(
             "NoConfigAfterPruningError", bases,
             {"__module__": __name__, "__doc__": no_config_after_pruning.__doc__}))
-    return _NO_CONFIG_AFTER_PRUNING[0](message)
+    error = _NO_CONFIG_AFTER_PRUNING[0](NO_CONFIG_AFTER_PRUNING)
+    note = f"autotune: kernel {kernel_name}: early_config_prune returned " \
+        "no config"
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:  # Python 3.10: the attribute add_note fills
+        error.__notes__ = [note]
+    return error

@@ -11,19 +11,6 @@ from autotune.runtime import triton_patch
 import tiny_kernels as tk
 
 
-def test_pruning_to_nothing_raises_tritons_error_naming_the_kernel(
-        session_factory):
-    session_factory()
-    tuned = tk.make_tuner(tk.GOOD, prune_configs_by={
-        "early_config_prune": lambda configs, nargs, **kw: []})
-    errors = pytest.importorskip("triton.runtime.errors")
-    with pytest.raises(errors.AutotunerError,
-                       match="axpb_kernel: early_config_prune returned no "
-                       "config") as info:
-        tk.run(tuned, 40)
-    assert isinstance(info.value, autotune.AutotuneError)
-
-
 def _launch(x, n, BLOCK):
     """What Triton's autotuner finds under the double's .fn."""
 
@@ -97,3 +84,55 @@ def test_the_autotuning_listener_hears_every_decision(session_factory,
     assert hit["duration"] is None and hit["configs_timings"] == {}
     assert hit["best_config"] is tuned.best_config
     assert miss["fn"] is tk.axpb_kernel
+
+
+def test_pruning_to_nothing_keeps_tritons_sentence_and_notes_the_kernel(
+        session_factory):
+    session_factory()
+    errors = pytest.importorskip("triton.runtime.errors")
+    tuned = tk.make_tuner(tk.GOOD, prune_configs_by={
+        "early_config_prune": lambda configs, nargs, **kw: []})
+    with pytest.raises(errors.AutotunerError) as info:
+        tk.run(tuned, 40)
+    assert isinstance(info.value, autotune.AutotuneError)
+    # Triton's own words, as its autotuner raises them.
+    tritons = triton_autotuner.Autotuner(
+        tk.axpb_kernel, ["x", "y", "n", "alpha"], tk.GOOD, ["n"], None, None,
+        prune_configs_by={
+            "early_config_prune": lambda configs, nargs, **kw: []})
+    tritons.nargs = {}
+    with pytest.raises(errors.AutotunerError) as theirs:
+        tritons.prune_configs({})
+    assert str(info.value) == str(theirs.value)
+    assert "No valid autotuner configs after pruning." in str(info.value)
+    assert any("axpb_kernel" in note
+               for note in getattr(info.value, "__notes__", []))
+
+
+def test_pruned_to_one_config_calls_no_listener_and_prints_nothing(
+        session_factory, monkeypatch, capsys):
+    knobs = pytest.importorskip("triton.knobs")
+    if not hasattr(knobs.autotuning, "listener"):
+        pytest.skip("this Triton has no autotuning listener")
+    heard = []
+    monkeypatch.setattr(knobs.autotuning, "listener",
+                        lambda **fields: heard.append(fields))
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    session_factory()
+    one = {"early_config_prune": lambda configs, nargs, **kw: configs[:1]}
+    # Through this project's decorator and through the drop-in routing a
+    # kernel that Triton's own autotune decorated.
+    tk.run(tk.make_tuner(tk.GOOD, prune_configs_by=one), 40)
+    tritons = triton_autotuner.Autotuner(
+        tk.axpb_kernel, ["x", "y", "n", "alpha"], tk.GOOD, ["n"], None, None,
+        prune_configs_by=one)
+    triton_patch.install()
+    try:
+        tk.run(tritons, 48)
+    finally:
+        triton_patch.uninstall()
+    # Triton benchmarks nothing for a list pruned to one: no listener
+    # call, no "finished after" line.
+    assert heard == []
+    assert "finished after" not in capsys.readouterr().out
+    assert tritons.best_config is tk.GOOD[0]

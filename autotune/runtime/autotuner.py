@@ -474,13 +474,17 @@ class Autotuner(TritonAutotuner):
                              offer)
         config = entry.best
         original = self._originals.get(config, config)
-        if _triton_prints_autotuning():
-            print(triton_message(self.base_fn.__name__, self._triton_key(named),
-                                 time.perf_counter() - started, original))
-        _notify_listener(
-            unwrap.jit_function(self.kernel), self._triton_key(named),
-            original, self.configs_timings if tuned else {},
-            self.bench_time if tuned else None, cache_hit=not tuned)
+        # A list pruned to one is launched as Triton launches it: nothing
+        # benchmarked, no "finished after" line, no listener call.
+        if not offer.pruned_to_one():
+            if _triton_prints_autotuning():
+                print(triton_message(
+                    self.base_fn.__name__, self._triton_key(named),
+                    time.perf_counter() - started, original))
+            _notify_listener(
+                unwrap.jit_function(self.kernel), self._triton_key(named),
+                original, self.configs_timings if tuned else {},
+                self.bench_time if tuned else None, cache_hit=not tuned)
         hit = self._memo[fast] = (config, original, config.all_kwargs())
         self.cache[fast] = original
         return hit
@@ -551,9 +555,7 @@ class Autotuner(TritonAutotuner):
         if self.early_config_prune:
             pruned = self.early_config_prune(self.configs, nargs, **kwargs)
             if not pruned:
-                raise errors.no_config_after_pruning(
-                    f"{self.name}: early_config_prune returned no config; it "
-                    "must return at least one")
+                raise errors.no_config_after_pruning(self.name)
         if self.perf_model:
             top_k = self.configs_top_k
             if isinstance(top_k, float) and top_k <= 1.0:

@@ -35,6 +35,12 @@ class Offer:
             self._pruned = list(self._configs_fn())
         return self._pruned
 
+    def pruned_to_one(self):
+        """Whether the list, as pruned for this call, holds one config (as
+        Triton's autotuner sees it: nothing to benchmark). Answered from a
+        pruning already done only: asking never runs the user's pruning."""
+        return self._pruned is not None and len(set(self._pruned)) == 1
+
     @property
     def configs(self):
         """The configs offered, each once."""
