@@ -286,3 +286,54 @@ def test_a_call_prunes_its_configs_once(session_factory, tmp_path):
     tk.run(tuned, 40)
     assert tuned.best_config != entry.best
     assert calls == [3]
+
+
+def test_an_update_replaces_a_stored_winner_no_longer_offered(
+        session_factory, tmp_path):
+    """The per-fusion file whose winner the decoration no longer offers is
+    refused, the fusion re-tuned, and the new entry takes the file's place:
+    the refused winner is never launched, and the next run hits."""
+    from autotune import keys as keys_module
+    cache_dir = tmp_path / "dir"
+    cache_dir.mkdir()
+    session_factory(per_fusion_autotune_cache_dir=str(cache_dir))
+    first = tk.make_tuner([A, B])
+    tk.run(first, 40)
+    old = first.best_config
+    remaining = [c for c in (A, B) if c != old] + [C]
+    sess = session_factory(per_fusion_autotune_cache_dir=str(cache_dir))
+    tuned = tk.make_tuner(remaining)
+    x, y = tk.run(tuned, 40)
+    assert sess.stats.miss_reasons == {"config no longer offered": 1}
+    assert tuned.best_config in remaining
+    assert tuned.lookup_config(x, y, 40, 2.0) in remaining
+    [name] = os.listdir(cache_dir)
+    [stored] = codec.load_results(str(cache_dir / name), parse_all=True)
+    assert stored.best in remaining and name == keys_module.file_name(
+        stored.key)
+    sess = session_factory(per_fusion_autotune_cache_dir=str(cache_dir))
+    tk.run(tk.make_tuner(remaining), 40)
+    assert (sess.stats.hits, sess.stats.tuned) == (1, 0)
+
+
+def test_a_refused_winner_is_not_adopted_from_another_process(
+        session_factory, tmp_path):
+    """Storing finds another entry that this call would refuse as well (a
+    process that still offers the old winner stored it meanwhile): the
+    fresh entry is used, never the refused one."""
+    cache_dir = tmp_path / "dir"
+    cache_dir.mkdir()
+    sess = session_factory(per_fusion_autotune_cache_dir=str(cache_dir))
+    tuned = tk.make_tuner([B, C])
+    real_store = sess.cache.per_fusion_dir._store
+
+    def store_after_another(entry, path, *args, **kwargs):
+        if not os.path.exists(path):
+            other = entry.replace(best=A, candidates=(
+                autotune.records.Candidate(A, 1.0),))
+            codec.dump_results([other], path)
+        return real_store(entry, path, *args, **kwargs)
+    sess.cache.per_fusion_dir._store = store_after_another
+    x, y = tk.run(tuned, 40)
+    assert tuned.best_config in (B, C)
+    assert tuned.lookup_config(x, y, 40, 2.0) in (B, C)

@@ -269,6 +269,43 @@ def test_set_if_absent_adopts_the_first_writers_entry(server, redis_db):
     assert b.lookup(loser.key) == winner
 
 
+def test_a_refused_value_is_replaced_by_compare_and_set(server, redis_db):
+    stale = entry_for(tk.GOOD[0], device="cpu/x")
+    fresh = entry_for(tk.GOOD[1], device="cpu/x")
+    other = entry_for(tk.WRONG, device="cpu/x")
+    a = RemoteCache(server.url)
+    assert a.publish(stale) is stale
+    assert a.publish(fresh, stale) is fresh
+    assert a.lookup(fresh.key) == fresh
+    # Another process's value: adopted, unless this caller refuses it too
+    # (then not adopted, and kept: it is not the value refused).
+    assert a.publish(other, stale, lambda e: e.best == tk.GOOD[0]) == fresh
+    assert a.publish(other, stale, lambda e: e.best == tk.GOOD[1]) is other
+    assert a.lookup(fresh.key) == fresh
+    assert (a.published, a.adopted) == (2, 1)
+
+
+def test_an_update_replaces_a_remote_winner_no_longer_offered(
+        session_factory, server, redis_db):
+    A, B = tk.GOOD
+    C = autotune.Config({"BLOCK": 64, "BUG": 0}, num_warps=4)
+    session_factory(autotune_remote_cache=server.url)
+    first = tk.make_tuner([A, B])
+    tk.run(first, 40)
+    remaining = [c for c in (A, B) if c != first.best_config] + [C]
+    sess = session_factory(autotune_remote_cache=server.url)
+    tuned = tk.make_tuner(remaining)
+    x, y = tk.run(tuned, 40)
+    assert sess.stats.miss_reasons == {"config no longer offered": 1}
+    assert tuned.lookup_config(x, y, 40, 2.0) in remaining
+    [name] = _remote_keys(redis_db)
+    value = cache_remote.decode_value(redis_db.get(name), name)
+    assert value.best in remaining
+    sess = session_factory(autotune_remote_cache=server.url)
+    tk.run(tk.make_tuner(remaining), 40)
+    assert (sess.stats.remote_hits, sess.stats.tuned) == (1, 0)
+
+
 def test_corrupt_and_foreign_values_are_reported_once_and_ignored(
         session_factory, server, redis_db, capsys):
     first = session_factory(autotune_remote_cache=server.url)

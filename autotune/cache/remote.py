@@ -9,7 +9,8 @@ Keys are `PREFIX:vKEY_VERSION:KERNEL.HASH`, the hash being the one that
 names per-fusion files; values are the schema's binary encoding of a results
 message holding that one entry, validated on every read. A tuned fusion is
 published with SET NX: the first writer wins and every later process adopts
-its entry, so a fleet converges on one config per key.
+its entry, so a fleet converges on one config per key; a value the lookup
+refused (a stale winner) is replaced by compare-and-set instead.
 
 The remote is an accelerator, never a dependency: a server that is down,
 refuses, is slow or dies mid-run costs one warning and short timeouts, and
@@ -216,6 +217,22 @@ def connect(url, password=None, timeout_s=1.0, ca_file=None):
     return redis.Redis(**options)
 
 
+# Compare-and-set: KEYS[1] takes ARGV[2] only while it holds ARGV[1] (or
+# nothing); ARGV[3] is the expiry in seconds, 0 for none.
+_REPLACE_IF_EQUAL = """
+local now = redis.call('GET', KEYS[1])
+if now ~= false and now ~= ARGV[1] then
+  return 0
+end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+else
+  redis.call('SET', KEYS[1], ARGV[2])
+end
+return 1
+"""
+
+
 class _Unavailable(Exception):
     """An operation that did not reach the server (already reported)."""
 
@@ -331,31 +348,52 @@ class RemoteCache:
         self.hits += 1
         return entry
 
-    def publish(self, entry):
+    def publish(self, entry, refused=None, refuses=None):
         """Publishes a freshly tuned entry unless the key is there already;
-        returns the entry to use: ours, or the one published first."""
+        returns the entry to use: ours, or the one published first.
+        refused: an entry the caller refused (its key and winner): a value
+        holding it is replaced by ours while it is still the value read
+        (compare-and-set), never adopted; refuses: None, or a test of the
+        entry found: one it refuses is not adopted either (ours is
+        returned)."""
         if self.mode == "read" or self.switched_off:
             return entry
         name = self.key_name(entry.key)
         value = encode_value(entry)
         expiry = self.expiry_s or None
-        try:
-            if self._call("SET NX", lambda: self.client.set(
-                    name, value, nx=True, ex=expiry)):
-                self.published += 1
+        for _ in range(3):
+            try:
+                if self._call("SET NX", lambda: self.client.set(
+                        name, value, nx=True, ex=expiry)):
+                    self.published += 1
+                    return entry
+                data = self._call("GET", lambda: self.client.get(name))
+            except _Unavailable:
                 return entry
-            data = self._call("GET", lambda: self.client.get(name))
-        except _Unavailable:
-            return entry
-        if data is None:  # expired in between: ours stays local
-            return entry
-        try:
-            first = decode_value(data, name, entry.key)
-        except CacheFileError as e:
-            self._bad_value(e, name)
-            return entry
-        self.adopted += 1
-        return first
+            if data is None:  # expired in between: ours stays local
+                return entry
+            try:
+                first = decode_value(data, name, entry.key)
+            except CacheFileError as e:
+                self._bad_value(e, name)
+                return entry
+            if refused is None or first.key != refused.key or \
+                    not first.same_result(refused):
+                if refuses is not None and refuses(first):
+                    return entry  # never an entry the caller refuses
+                self.adopted += 1
+                return first
+            try:
+                if self._call("SET IF EQUAL", lambda: self.client.eval(
+                        _REPLACE_IF_EQUAL, 1, name, data, value,
+                        self.expiry_s)):
+                    self.published += 1
+                    return entry
+            except _Unavailable:
+                return entry
+            # Another process changed the value since it was read: look
+            # at what it holds now.
+        return entry
 
     def close(self):
         try:

@@ -27,7 +27,8 @@ class PerFusionDirectory:
 
     Writes go to a temporary file and are linked into place: the first
     process to finish a fusion wins, later ones adopt its entry, so every
-    process of a parallel run ends up with the same config per key.
+    process of a parallel run ends up with the same config per key; an
+    entry the caller refused (a winner no longer offered) is replaced.
     """
 
     def __init__(self, path, mode="update"):
@@ -118,43 +119,28 @@ class PerFusionDirectory:
         one: returns False when `path` is now another file (a process moved
         the bad one aside and stored a good entry meanwhile)."""
         aside = f"{path}.corrupt-{int(time.time())}-{os.getpid()}"
-        if error.identity and error.identity[0] == "link":
-            def identity(p):  # the link itself, not what it names
-                return ("link",) + _identity(os.lstat(p))
-        else:
-            def identity(p):
-                return _identity(os.stat(p))
         try:
-            if identity(path) != error.identity:
+            if not _set_aside(path, error.identity, aside):
                 return False
-            os.replace(path, aside)
-            if identity(aside) != error.identity:
-                # Replaced between the check and the move: put it back,
-                # unless yet another file took its place.
-                try:
-                    os.link(aside, path)
-                    os.unlink(aside)
-                except OSError:
-                    pass
-                return False
-        except FileNotFoundError:
-            return False
         except OSError:
             aside = None
         log.warning("autotune: warning: %s; moved aside to %s and re-tuning",
                     error, aside)
         return True
 
-    def store(self, entry):
+    def store(self, entry, refused=None, refuses=None):
         """Stores `entry` unless another process stored this key first;
-        returns the entry that is in the directory afterwards. A store that
-        fails (a full disk) warns once and returns `entry`: the tuning
-        result is still used by this process."""
+        returns the entry that is in the directory afterwards. refused: an
+        entry the caller refused (its key and winner): a file holding it
+        is replaced, not adopted; refuses: None, or a test of the entry
+        found: one it refuses is not adopted either (`entry` is returned).
+        A store that fails (a full disk) warns once and returns `entry`:
+        the tuning result is still used by this process."""
         if self.mode == "read":
             return entry
         path = self.file_path(entry.key)
         try:
-            return self._store(entry, path)
+            return self._store(entry, path, refused, refuses)
         except OSError as e:
             if not self.store_failed:
                 self.store_failed = True
@@ -164,7 +150,7 @@ class PerFusionDirectory:
                             "used but not stored")
             return entry
 
-    def _store(self, entry, path):
+    def _store(self, entry, path, refused=None, refuses=None):
         tmp = codec.write_temp(path, codec.encode([entry], path))
         try:
             for _ in range(3):
@@ -174,15 +160,23 @@ class PerFusionDirectory:
                 except FileExistsError:
                     pass
                 # Another process stored this key first: adopt its entry;
-                # a bad file there is moved aside (only if it is still the
-                # one read) and the link tried again.
+                # a bad file there, or the entry the caller refused, is
+                # taken away (only if it is still the one read) and the
+                # link tried again.
                 try:
-                    existing = self._read(path, entry.key)[0]
+                    existing, identity = self._read(path, entry.key)
                 except CacheFileError as e:
                     self._move_aside(path, e)
                     continue
-                if existing is not None:
+                if existing is None:
+                    continue
+                if not same_result(existing, refused):
+                    if refuses is not None and refuses(existing):
+                        return entry  # never an entry the caller refuses
                     return existing
+                aside = f"{path}.replaced-{os.getpid()}.tmp"
+                if _set_aside(path, identity, aside):
+                    os.unlink(aside)
             return entry
         except OSError as e:
             if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):
@@ -222,8 +216,42 @@ class PerFusionDirectory:
         return out
 
 
+def same_result(entry, other):
+    """Whether two entries (or None) hold one key's same winner."""
+    return entry is not None and other is not None and \
+        entry.key == other.key and entry.same_result(other)
+
+
 def _identity(stat):
     return stat.st_dev, stat.st_ino
+
+
+def _set_aside(path, identity, aside):
+    """Renames the file at `path` to `aside` if it is still the one of
+    `identity` (a ("link", ...) identity names the link itself); False when
+    another file took its place, which stays where it is."""
+    if identity and identity[0] == "link":
+        def current(p):
+            return ("link",) + _identity(os.lstat(p))
+    else:
+        def current(p):
+            return _identity(os.stat(p))
+    try:
+        if current(path) != identity:
+            return False
+        os.replace(path, aside)
+        if current(aside) != identity:
+            # Replaced between the check and the move: put it back,
+            # unless yet another file took its place.
+            try:
+                os.link(aside, path)
+                os.unlink(aside)
+            except OSError:
+                pass
+            return False
+    except FileNotFoundError:
+        return False
+    return True
 
 
 class LoadedFile:
@@ -295,13 +323,16 @@ class ResultsCache:
         than its own (an entry tuned under another Triton version)."""
         self.memory[entry.key if key is None else key] = entry
 
-    def store(self, entry):
+    def store(self, entry, refused=None, refuses=None):
         """Records a freshly tuned entry; returns the entry to use (another
-        process may have stored the same fusion first)."""
+        process may have stored the same fusion first). refused: the entry
+        the lookup refused, replaced in every tier that holds it; refuses:
+        None, or a test of an entry a tier holds: one it refuses is never
+        returned."""
         if self.remote is not None:  # the fleet's first writer wins
-            entry = self.remote.publish(entry)
+            entry = self.remote.publish(entry, refused, refuses)
         if self.per_fusion_dir is not None:
-            entry = self.per_fusion_dir.store(entry)
+            entry = self.per_fusion_dir.store(entry, refused, refuses)
         self.memory[entry.key] = entry
         return entry
 

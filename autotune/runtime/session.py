@@ -357,16 +357,23 @@ class Session:
                 return self._nearest(key, same_device[0])
             seeds = reuse.seed_configs(neighbours) if policy == "seeded" \
                 else []
+            # The entry refused (a stale winner) is replaced where a tier
+            # holds it, and none this lookup would refuse is adopted.
+            refused = entry if refusal else None
             entry = self._count_tuned(key, tune_fn(seeds, None), reason)
-            return self._keep(entry)
+            return self._keep(entry, refused, lambda found: self._refusal(
+                found, offer) is not None)
 
-    def _keep(self, entry):
-        """A freshly tuned entry into the caches this process writes."""
+    def _keep(self, entry, refused=None, refuses=None):
+        """A freshly tuned entry into the caches this process writes.
+        refused: the cached entry the lookup refused, replaced where a tier
+        still holds it; refuses: a test of an entry a tier holds, one it
+        refuses is never used (see ResultsCache.store)."""
         if self._rank() not in (None, 0):
             # Every rank tuned the same winner: rank 0 writes it.
             self.cache.remember(entry)
             return entry
-        return self.cache.store(entry)
+        return self.cache.store(entry, refused, refuses)
 
     def _refusal(self, entry, offer):
         """(reason, words) when a cached entry of the very key looked up
@@ -465,7 +472,7 @@ class Session:
             "status": "tuned", "source": None,
             "miss_reason": f"{len(unmeasured)} offered config(s) added",
             **self.device_times.pop(key, {})}
-        return self._keep(tuned)
+        return self._keep(tuned, entry)
 
     def _count_hit(self, key, entry, source, unmeasured=0):
         """Statistics of a hit; an entry from below memory is remembered."""
