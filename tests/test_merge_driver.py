@@ -167,3 +167,34 @@ def test_the_ancestors_winner_keeps_the_incumbent_margin(tmp_path):
     assert result.returncode == 0, result.stderr
     [kept] = codec.decode(ours.read_bytes(), "x.textproto")
     assert kept.best == Config({"BLOCK": 16})
+
+
+@pytest.mark.parametrize("changed", ["ours", "theirs"])
+def test_a_change_made_on_one_side_only_is_kept(tmp_path, changed):
+    """One side left the fusion's entry as the ancestor had it; the other
+    re-tuned it (its old winner removed from the decoration) to a slower
+    config: a three-way merge takes the changed side, with no conflict."""
+    base, ours, theirs = (tmp_path / n for n in ("O", "A", "B"))
+    old = [entry(1, 16, 10.0), entry(2, 16, 20.0)]
+    new = [entry(1, 32, 12.0, stamp="2026-11-02T00:00:00Z"), old[1]]
+    base.write_bytes(codec.encode(old, "x.textproto"))
+    ours.write_bytes(codec.encode(new if changed == "ours" else old,
+                                  "x.textproto"))
+    theirs.write_bytes(codec.encode(new if changed == "theirs" else old,
+                                    "x.textproto"))
+    result = run_driver(base, ours, theirs, "k.textproto")
+    assert result.returncode == 0, result.stderr
+    assert "conflict" not in result.stderr
+    assert ours.read_bytes() == codec.encode(new, "x.textproto")
+
+
+def test_only_a_fusion_both_sides_changed_goes_to_the_merge_rule():
+    from autotune.cli.merge_driver import three_way
+    o = [entry(1, 16, 10.0), entry(2, 16, 20.0)]
+    a = [entry(1, 32, 12.0, stamp="2026-11-02T00:00:00Z"),
+         entry(2, 32, 19.9, stamp="2026-11-02T00:00:00Z")]
+    b = [o[0], entry(2, 64, 19.8, stamp="2026-11-03T00:00:00Z")]
+    merged, conflicts, dropped = three_way(o, a, b)
+    assert [e.best for e in merged] == [Config({"BLOCK": 32}),
+                                        Config({"BLOCK": 32})]
+    assert len(conflicts) == 1 and dropped == []

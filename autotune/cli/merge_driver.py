@@ -14,10 +14,11 @@ Three-way rules, per cache key:
   on one side only   added there: kept; present in the ancestor and
                      unchanged on the side that has it: the other side
                      removed it (a prune): dropped
-  on both sides      same winner: ours, unless ours is the ancestor's
-                     entry and theirs is newer; different winners: the
-                     merge rule decides and the conflict is reported on
-                     stderr
+  on both sides      unchanged on one side (the ancestor's entry): the
+                     other side's, whatever its winner; changed on both
+                     with the same winner: ours; with different winners:
+                     the merge rule decides and the conflict is reported
+                     on stderr
 Exit status (what git expects): 0 merged, the result written to %A;
 1 a conflict under --policy=fail, %A left as it was (git marks the file
 conflicted); 2 bad input (a corrupt side, another schema version, a
@@ -76,8 +77,16 @@ def three_way(ancestor, ours, theirs, policy="measured"):
             else:
                 merged.append(present)
             continue
+        # A side that left the entry as the ancestor had it changed
+        # nothing: the other side's change stands, whatever its winner.
+        if o is not None and _same(a, o):
+            merged.append(b)
+            continue
+        if o is not None and _same(b, o):
+            merged.append(a)
+            continue
         if a.best == b.best:
-            merged.append(b if o is not None and _same(a, o) else a)
+            merged.append(a)
             continue
         kept, found = merge.merge([("ours", [a]), ("theirs", [b])], policy,
                                   incumbents=[o] if o is not None else ())
