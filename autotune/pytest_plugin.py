@@ -275,10 +275,30 @@ def _describe(key):
             "device": key.device}
 
 
-def _stale_reason(key, cached_fingerprints):
-    return (f"the cache has it for kernel fingerprint "
-            f"{', '.join(cached_fingerprints)}, this kernel is "
-            f"{key.fingerprint}: its source changed since it was tuned")
+def _decorated_fingerprints(name):
+    """Fingerprints of the kernels decorated in this process under `name`
+    (none when nothing loaded the decorator: no kernel was decorated)."""
+    module = sys.modules.get("autotune.runtime.autotuner")
+    return module.fingerprints_named(name) if module is not None else set()
+
+
+def _other_fingerprint(key, cached_fingerprints):
+    """(status, reason) of a miss whose fusion the cache holds under other
+    kernel fingerprints: those of another kernel decorated under the same
+    name in this run (another function) leave this one missing; any other
+    is this kernel before an edit (stale)."""
+    others = _decorated_fingerprints(key.kernel) - {key.fingerprint}
+    edited = [f for f in cached_fingerprints if f not in others]
+    if not edited:
+        return "missing", (
+            f"the cache has it only for another kernel named {key.kernel} "
+            f"(fingerprint {', '.join(cached_fingerprints)}, a different "
+            f"function decorated in this run); this one, fingerprint "
+            f"{key.fingerprint}, was never tuned")
+    return "stale", (f"the cache has it for kernel fingerprint "
+                     f"{', '.join(edited)}, this kernel is "
+                     f"{key.fingerprint}: its source changed since it was "
+                     "tuned")
 
 
 def classify_miss(key, loaded_entries):
@@ -290,7 +310,7 @@ def classify_miss(key, loaded_entries):
         and e.key.device == key.device and e.key.fingerprint !=
         key.fingerprint})
     if other_fingerprints:
-        return "stale", _stale_reason(key, other_fingerprints)
+        return _other_fingerprint(key, other_fingerprints)
     same_kernel = [e for e in loaded_entries if e.key.kernel == key.kernel]
     if not same_kernel:
         return "missing", f"the cache has no entry for kernel {key.kernel}"
@@ -498,7 +518,7 @@ class AutotunePlugin:
             if key in refusals:
                 status, reason = "stale", refusals[key]
             elif key in stale:
-                status, reason = "stale", _stale_reason(key, [stale[key]])
+                status, reason = _other_fingerprint(key, [stale[key]])
             else:
                 status, reason = classify_miss(key, loaded)
             self.misses.append({**_describe(key), "status": status,

@@ -11,7 +11,10 @@ import textwrap
 import time
 
 import pytest
+import triton
+import triton.language as tl
 
+import autotune
 from autotune import codec
 from autotune.records import Config
 
@@ -937,3 +940,34 @@ def test_configs_removed_and_added_as_the_plugin_reports_them(project):
 def triton_version():
     import triton
     return triton.__version__
+
+
+@triton.jit
+def _another_axpb(x, y, n, alpha, BLOCK: tl.constexpr, BUG: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + offs, tl.load(x + offs, mask=offs < n) * 3.0, mask=offs < n)
+
+
+def test_a_miss_beside_another_kernel_of_that_name_is_not_a_source_change():
+    # Two functions decorated under one name (two modules): the cache holds
+    # the first one's fusion; the second's miss of it is no source change.
+    from autotune import pytest_plugin
+    import tiny_kernels as tk
+    first = tk.make_tuner(tk.GOOD)
+    second = autotune.tune(_another_axpb, tk.GOOD, key=["n"],
+                           name="axpb_kernel")
+    assert first.fingerprint != second.fingerprint
+    cached = make_entries(1)[0]
+    cached = cached.replace(key=cached.key._replace(
+        kernel="axpb_kernel", fingerprint=first.fingerprint))
+    miss = cached.key._replace(fingerprint=second.fingerprint)
+    status, reason = pytest_plugin.classify_miss(miss, [cached])
+    assert status == "missing", reason
+    assert "source changed" not in reason
+    assert "another kernel named axpb_kernel" in reason
+    assert first.fingerprint in reason and second.fingerprint in reason
+    # A cached fingerprint no decorated kernel has: this kernel, edited.
+    edited = cached.key._replace(fingerprint="0" * 16)
+    status, reason = pytest_plugin.classify_miss(
+        miss, [cached.replace(key=edited)])
+    assert status == "stale" and "its source changed" in reason

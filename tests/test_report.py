@@ -732,3 +732,37 @@ def test_verify_help_documents_its_arguments(capsys):
         "directories or remote namespaces" in out
     assert "--kernel_module MODULE a Python module" in out
     assert "reported stale; may be repeated" in out
+
+
+def _of_kernel(e, fingerprint):
+    return e.replace(key=e.key._replace(fingerprint=fingerprint))
+
+
+def test_cache_changes_keep_kernels_that_share_a_name_apart():
+    # Two functions named k (two modules), one signature: two entries,
+    # told apart by their fingerprints.
+    a = _of_kernel(entry({16: 1.0, 32: 2.0}, 16), "a" * 16)
+    b = _of_kernel(entry({16: 2.0, 32: 1.0}, 32), "b" * 16)
+    other = entry({16: 1.0}, 16, "n=2")
+    added = summary.CacheChanges([], [a, b, other])
+    assert added.headline() == "3 added, 0 removed, 0 changed"
+    assert sorted(added.lines()) == [
+        f"+ k [n=1] on {DEVICE} (kernel fingerprint {'a' * 16}): "
+        "BLOCK=16 num_warps=4 num_stages=3",
+        f"+ k [n=1] on {DEVICE} (kernel fingerprint {'b' * 16}): "
+        "BLOCK=32 num_warps=4 num_stages=3",
+        f"+ k [n=2] on {DEVICE}: BLOCK=16 num_warps=4 num_stages=3"]
+    # One of them edited (a new fingerprint, the same winner): re-tuned;
+    # the other unchanged; and one of them gone: removed.
+    edited = _of_kernel(a, "c" * 16)
+    assert summary.CacheChanges([a, b], [edited, b]).headline() == \
+        "0 added, 0 removed, 0 changed; 1 re-tuned (kernel changed), " \
+        "winner unchanged"
+    gone = summary.CacheChanges([a, b], [a])
+    assert gone.headline() == "0 added, 1 removed, 0 changed"
+    assert gone.lines() == [f"- k [n=1] on {DEVICE} (kernel fingerprint "
+                            f"{'b' * 16}): BLOCK=32 num_warps=4 num_stages=3"]
+    # An edited kernel alone is still the same fusion, with a new winner.
+    flipped = _of_kernel(entry({16: 2.0, 32: 1.0}, 32), "c" * 16)
+    assert summary.CacheChanges([a], [flipped]).headline() == \
+        "0 added, 0 removed, 1 changed"

@@ -399,8 +399,8 @@ def regenerate_cache(cache, dumps, workspace):
         print("  " + line)
     # Entries of an edited kernel's old fingerprint were replaced (counted
     # as re-tuned or changed): only fusions gone altogether are removed.
-    gone = set(changes.removed)
-    removed = [e for e in merged.removed if summary.fusion_of(e.key) in gone]
+    gone = {changes.old[f].key for f in changes.removed}
+    removed = [e for e in merged.removed if e.key in gone]
     if removed:
         print(f"  ({len(removed)} removed: no dump produced them on "
               "this device any more)")

@@ -57,8 +57,9 @@ def require_matplotlib():
 
 
 class Comparison(summary.CacheChanges):
-    """A base cache against the new one, by fusion (device, kernel,
-    signature); `base` is the old side."""
+    """A base cache against the new one, by fusion (summary.pair_fusions:
+    device, kernel, signature, then the kernel's fingerprint); `base` is
+    the old side."""
 
     def __init__(self, base, new):
         super().__init__(base, new)
@@ -284,7 +285,7 @@ def build_page(sources, base=None, base_name=None, title=None,
     comparison = Comparison(base, entries) if base is not None else None
     # With a base, the fusions whose winner changed come first.
     if comparison is not None and not comparison.other_device:
-        changed = set(comparison.changed)
+        changed = {fid[:3] for fid in comparison.changed}
         records.sort(key=lambda r: ((r["device"], r["kernel"],
                                      r["signature"]) not in changed,))
     names = ", ".join(name for name, _ in sources)

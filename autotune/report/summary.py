@@ -10,6 +10,7 @@ the incumbent or as a smaller config the fastest could not beat head to
 head by the rule's margin; the stored times are those the selection saw
 (duelled candidates carry the median of all their timings).
 """
+import collections
 import re
 
 from autotune.errors import CacheFileError
@@ -212,14 +213,49 @@ def winner_change(old, new):
             "old_stored_us": stored, "new_us": now, "text": text}
 
 
+def _kernel_tag(key):
+    return f"{key.fingerprint}/v{key.key_version}"
+
+
+def pair_fusions(old, new):
+    """Old and new entries by fusion id: (device, kernel, signature, the
+    kernel fingerprint and key version), the same id on both sides for an
+    entry of one key and for an edited kernel's fusion. Kernels of one name
+    (functions of two modules) are told apart by their fingerprints: an
+    entry keeps its own id while its key is on both sides; of the rest of
+    one fusion, one old and one new entry are one kernel edited (a new
+    fingerprint or key version), and any other is added or removed on its
+    own. Returns ({id: old entry}, {id: new entry})."""
+    groups = {}
+    for side, entries in ((0, old), (1, new)):
+        for e in entries:
+            groups.setdefault(fusion_of(e.key), ({}, {}))[side][e.key] = e
+    old_ids, new_ids = {}, {}
+    for fusion, (olds, news) in groups.items():
+        for k in olds.keys() & news.keys():
+            old_ids[fusion + (_kernel_tag(k),)] = olds[k]
+            new_ids[fusion + (_kernel_tag(k),)] = news[k]
+        left_old = [e for k, e in olds.items() if k not in news]
+        left_new = [e for k, e in news.items() if k not in olds]
+        if len(left_old) == 1 and len(left_new) == 1:
+            fid = fusion + (_kernel_tag(left_new[0].key),)
+            old_ids[fid], new_ids[fid] = left_old[0], left_new[0]
+            continue
+        for e in left_old:
+            old_ids[fusion + (_kernel_tag(e.key),)] = e
+        for e in left_new:
+            new_ids[fusion + (_kernel_tag(e.key),)] = e
+    return old_ids, new_ids
+
+
 class CacheChanges:
-    """A cache against its earlier contents, by fusion (fusion_of): added,
+    """A cache against its earlier contents, by fusion (pair_fusions: ids
+    whose first three parts are device, kernel and signature): added,
     removed, winner changed, and re-tuned (a new kernel fingerprint or key
     version, the same winner). Lists in natural order."""
 
     def __init__(self, old, new):
-        self.old = {fusion_of(e.key): e for e in old}
-        self.new = {fusion_of(e.key): e for e in new}
+        self.old, self.new = pair_fusions(old, new)
         both = self.old.keys() & self.new.keys()
         order = fusion_sort_key
         self.added = sorted(self.new.keys() - self.old.keys(), key=order)
@@ -253,8 +289,15 @@ class CacheChanges:
     def lines(self, limit=None):
         """One line per added, removed, changed and re-tuned fusion; past
         `limit`, a last line counting the rest."""
+        # Kernels of one name and signature: each line names its own.
+        shared = collections.Counter(
+            f[:3] for f in self.old.keys() | self.new.keys())
+
         def name(f):
-            return f"{f[1]} [{f[2]}] on {f[0]}"
+            entry = self.new.get(f) or self.old[f]
+            return f"{f[1]} [{f[2]}] on {f[0]}" + (
+                f" (kernel fingerprint {entry.key.fingerprint})"
+                if shared[f[:3]] > 1 else "")
 
         def generate():
             for f in self.added:

@@ -26,6 +26,7 @@ import os
 import sys
 import time
 import warnings
+import weakref
 
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
@@ -42,6 +43,25 @@ from autotune.runtime.session import session
 SEARCHES = ("exhaustive", "evolutionary")
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg",
                    "ir_override")
+
+
+# Every Autotuner of this process, for fingerprints_named.
+_DECORATED = weakref.WeakSet()
+
+
+def fingerprints_named(name):
+    """Kernel fingerprints of the decorations of this process that tune
+    under `name`: two functions of one name (in two modules) share cache
+    entries' kernel name, not their fingerprints."""
+    found = set()
+    for tuner_ in list(_DECORATED):
+        if tuner_.name != name:
+            continue
+        try:
+            found.add(tuner_.fingerprint)
+        except Exception:  # noqa: BLE001 -- a kernel without source
+            continue
+    return found
 
 
 def _notify_listener(fn, key, best_config, configs_timings, duration,
@@ -291,6 +311,7 @@ class Autotuner(TritonAutotuner):
         self._memo = {}
         self._session = None
         self._warned = set()
+        _DECORATED.add(self)
 
     def _check_arguments(self, search, budget, time_budget_s):
         """Mistakes a launch would reveal late, refused at decoration."""

@@ -95,10 +95,12 @@ def _left_to_triton(triton_autotuner):
         triton_autotuner.__dict__["_rules_autotune_skipped"] = verdict
         if verdict:
             inner = getattr(triton_autotuner, "fn", None)
+            what = " ".join(part for part in (
+                type(inner).__name__, str(getattr(inner, "__name__", "")))
+                if part)
             log.info(f"autotune: note: Triton's autotuner wraps "
-                     f"{type(inner).__name__} {getattr(inner, '__name__', '')}"
-                     ", not a @triton.jit kernel; left to Triton's own "
-                     "autotuner (not cached)")
+                     f"{logs.printable(what)}, not a @triton.jit kernel; left "
+                     "to Triton's own autotuner (not cached)")
     return verdict
 
 
