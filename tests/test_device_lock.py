@@ -254,6 +254,88 @@ def test_the_tuning_process_takes_its_device_before_workers_measure():
                for candidate, _ in answers), (taken, answers)
 
 
+def _children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid):
+    """Whether `pid` runs (a zombie, whose files are closed, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"),
+                    reason="reads a process's children from /proc (Linux)")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_tuner_leaves_no_worker_holding_its_device(tmp_path, sig):
+    """--autotune_workers=2 forks workers while the tuner holds the device
+    lock: killed mid-tuning, the tuner's lock is free at once (no worker
+    shares it) and its orphaned workers exit."""
+    env = {**os.environ, device_lock.LOCK_DIR_ENV: str(tmp_path)}
+    tuner = _spawn("pool_tuner.py", 8192, env=env)
+    lock = device_lock.DeviceTurn(identity="host-" + __import__(
+        "socket").gethostname(), directory=str(tmp_path)).lock
+    workers = []
+    try:
+        assert tuner.stdout.readline().strip() == "READY"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                len(workers) >= 2
+                and device_lock.holder_of(lock.path) == tuner.pid):
+            assert tuner.poll() is None, tuner.stderr.read()
+            time.sleep(0.05)
+            workers = _children(tuner.pid)
+        assert len(workers) >= 2, "the workers never started"
+        assert not lock.try_acquire()
+        tuner.send_signal(sig)
+        tuner.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(map(_alive, workers)):
+            time.sleep(0.05)
+        assert not any(map(_alive, workers)), "orphaned workers live on"
+        assert lock.try_acquire(), "a dead tuner's workers hold its device"
+        lock.release()
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+            tuner.wait()
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_forked_child_does_not_hold_the_parents_lock(tmp_path):
+    turn = device_lock.DeviceTurn(identity="host-x", directory=str(tmp_path))
+    turn.take()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: holds no lock, and believes it holds none
+        os.close(read)
+        os.write(write, b"held" if turn.lock.held else b"free")
+        time.sleep(30)
+        os._exit(0)
+    try:
+        os.close(write)
+        assert os.read(read, 4) == b"free"
+        turn.release()
+        other = device_lock.DeviceTurn(identity="host-x",
+                                       directory=str(tmp_path)).lock
+        assert other.try_acquire(), "a forked child keeps the lock"
+        other.release()
+    finally:
+        os.close(read)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
 # -- a lock directory others can write: nothing in it is trusted -----------
 
 def _turn(tmp_path, identity="gpu-x"):

@@ -268,9 +268,39 @@ def _timeout_warning(lock, holder, start, env=None):
     return timer
 
 
+# The locks this process holds. A forked child shares each one's open file
+# (close-on-exec covers exec, not fork), and an flock lasts while any
+# process holds that file open: a child that outlived this process (a
+# worker orphaned by a killed tuner) would hold the device for good. So a
+# forked child closes its copies at once: it holds none of its parent's
+# locks, and its FileLock objects say so. _WAITING: descriptors another
+# thread waits on (the lock, once granted, would be the child's too).
+_HELD = set()
+_WAITING = set()
+
+
+def _forget_held_locks():
+    fds = set(_WAITING)
+    for lock in list(_HELD):
+        fd, lock.fd = lock.fd, None
+        fds.add(fd)
+    _HELD.clear()
+    _WAITING.clear()
+    for fd in fds - {None}:
+        try:
+            os.close(fd)  # not LOCK_UN: that would free the parent's
+        except OSError:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_held_locks)
+
+
 class FileLock:
     """An exclusive flock on one file; acquire() blocks, logging once (with
-    the holder's pid) when it has to wait. Returns the seconds waited."""
+    the holder's pid) when it has to wait. Returns the seconds waited.
+    A forked child does not inherit a held lock (see _HELD)."""
 
     def __init__(self, path, what=None):
         self.path = path
@@ -306,6 +336,7 @@ class FileLock:
                      + (f"pid {holder}" if holder else "another process")
                      + f" ({self.path})")
         fd = self._open()
+        _WAITING.add(fd)
         warning = _timeout_warning(self, holder, start)
         try:
             while True:
@@ -314,7 +345,12 @@ class FileLock:
                     break
                 except InterruptedError:
                     continue
+        except BaseException:
+            _WAITING.discard(fd)
+            os.close(fd)
+            raise
         finally:
+            _WAITING.discard(fd)
             if warning is not None:
                 warning.cancel()
         self._took(fd)
@@ -322,6 +358,7 @@ class FileLock:
 
     def _took(self, fd):
         self.fd = fd
+        _HELD.add(self)
         # Who holds it, for the message another process logs while waiting.
         try:
             os.ftruncate(fd, 0)
@@ -333,6 +370,7 @@ class FileLock:
         if self.fd is None:
             return
         fd, self.fd = self.fd, None
+        _HELD.discard(self)
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:

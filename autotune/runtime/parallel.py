@@ -18,8 +18,11 @@ import functools
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
+import sys
 import threading
 import time
+import weakref
 
 from autotune import log as logs
 from autotune.errors import DeviceContextLostError
@@ -30,14 +33,53 @@ from autotune.search.evolutionary import Measurement
 log = logs.get("tuning")
 
 _STOP = None
+# The pool's ends of the workers' pipes, in this process. A forked worker
+# inherits every one of them (its own pipe's too): it closes them, so that
+# the pipe it reads reaches end-of-file when the pool's process is gone.
+_POOL_ENDS = weakref.WeakSet()
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PARENT_POLL_S = 0.5
 
 
-def _worker_main(factory, device, conn):
+def exit_with_parent(parent_pid):
+    """Makes this worker end when the process that started it
+    (`parent_pid`) dies, whatever it is doing: a tuner killed by SIGKILL,
+    SIGTERM or the OOM killer leaves no orphan measuring (and holding a
+    device) behind. Linux: the kernel sends SIGKILL on the parent's death
+    (prctl PR_SET_PDEATHSIG); elsewhere a thread watches the parent pid."""
+    done = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            done = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0,
+                              0) == 0
+        except (OSError, AttributeError):
+            done = False
+    if os.getppid() != parent_pid:  # died before the signal was asked for
+        os._exit(4)
+    if done:
+        return
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(_PARENT_POLL_S)
+        os._exit(4)
+    threading.Thread(target=watch, daemon=True,
+                     name="autotune-parent-watch").start()
+
+
+def _worker_main(factory, device, conn, parent_pid=None, forked=False):
     # Results go back over a pipe with synchronous sends: whatever a worker
     # reported before dying is readable after its death.
     # CUDA_VISIBLE_DEVICES was set in the environment the worker started
     # with (see _start): setting it here would be too late, unpickling this
     # function and the factory has imported autotune and torch already.
+    if parent_pid is not None:
+        exit_with_parent(parent_pid)
+    if forked:
+        for end in list(_POOL_ENDS):
+            end.close()
     objective = factory(device)
     while True:
         try:
@@ -117,9 +159,10 @@ class ParallelEvaluator:
 
     def _start(self, device):
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker_main,
-                                args=(self.factory, device, child),
-                                daemon=True)
+        proc = self.ctx.Process(
+            target=_worker_main, daemon=True,
+            args=(self.factory, device, child, os.getpid(),
+                  self.ctx.get_start_method() == "fork"))
         if self.gpu:
             # A spawned interpreter gets the parent's environment at exec
             # time: pinned before it imports anything.
@@ -128,6 +171,7 @@ class ParallelEvaluator:
         else:
             proc.start()
         child.close()
+        _POOL_ENDS.add(parent)
         return {"device": device, "proc": proc, "conn": parent, "busy": []}
 
     def evaluate(self, configs):
