@@ -523,3 +523,24 @@ def test_a_planted_default_directory_is_refused(tmp_path, monkeypatch):
                            match="belongs to uid 65534"):
             device_lock.DeviceTurn(identity="gpu-x").take()
         assert os.listdir(default) == []
+
+
+@pytest.mark.parametrize("value", ["locks", "./locks", "~/locks", "~",
+                                   "~other/locks"])
+def test_a_relative_or_tilde_lock_directory_is_refused(tmp_path, monkeypatch,
+                                                       value):
+    """Resolved per working directory (each Bazel test runs in its own
+    runfiles tree), such a directory would give every process its own
+    lock: refused, one line saying why, and nothing created."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(device_lock.LOCK_DIR_ENV, value)
+    with pytest.raises(device_lock.DeviceLockError) as raised:
+        device_lock.DeviceTurn(identity="gpu-x").take()
+    text = _one_line(raised.value)
+    assert text.startswith(f"lock directory {value}: ") and \
+        device_lock.LOCK_DIR_ENV in text and "absolute" in text, text
+    if value.startswith("~"):
+        assert "~ is not expanded" in text, text
+    else:
+        assert "a relative path" in text, text
+    assert os.listdir(tmp_path) == []

@@ -322,3 +322,27 @@ def test_the_default_directory_is_this_users_own(tmp_path, monkeypatch):
     shared = tmp_path / "shared"
     assert gpu_slot.lock_directory({"AUTOTUNE_LOCK_DIR": str(shared)}) == \
         str(shared)
+
+
+@pytest.mark.parametrize("value", ["locks", "~/locks"])
+def test_a_relative_or_tilde_lock_directory_is_one_line(tmp_path, value):
+    env = {**_env(tmp_path), "AUTOTUNE_LOCK_DIR": value}
+    proc = subprocess.run([sys.executable, WRAPPER, sys.executable, "-c",
+                           "print(1)"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"gpu_slot: error: lock directory {value}: "), proc.stderr
+    assert "absolute" in lines[0] and "AUTOTUNE_LOCK_DIR" in lines[0]
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_regenerate_refuses_a_relative_lock_directory(tmp_path, monkeypatch):
+    from autotune.cli import regenerate
+    from autotune.errors import RegenerateError
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RegenerateError, match="lock directory locks: .*"
+                       "absolute"):
+        regenerate.slot_args([], {"AUTOTUNE_LOCK_DIR": "locks"})
+    assert os.listdir(tmp_path) == []

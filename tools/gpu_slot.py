@@ -250,11 +250,27 @@ def _try_lock(path):
     return fd
 
 
+def not_absolute(directory):
+    """Why `directory` cannot be the lock directory, or None when it is an
+    absolute path (autotune.measure.device_lock:not_absolute: a relative
+    one is another directory in each test's runfiles tree)."""
+    if directory.startswith("~"):
+        return (f"starts with ~, and ~ is not expanded here (no shell "
+                f"expands it inside --test_env= or a .bazelrc line); set "
+                f"{LOCK_DIR_ENV} to an absolute path")
+    if not os.path.isabs(directory):
+        return (f"a relative path, which each working directory (each "
+                f"Bazel test's runfiles tree) would resolve to a lock of "
+                f"its own; set {LOCK_DIR_ENV} to an absolute path")
+    return None
+
+
 def lock_directory(env=None):
     """The slot files' directory, created if missing and checked: the
     default must be a directory (not a link) of this user's (a group- or
     world-writable mode is narrowed); $AUTOTUNE_LOCK_DIR, the user's own
-    choice, must be a directory. SlotError: one line."""
+    choice, must be an absolute path to a directory. SlotError: one
+    line."""
     env = os.environ if env is None else env
     directory = env.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR
     what = f"lock directory {_shown(directory, 300)}" \
@@ -262,6 +278,9 @@ def lock_directory(env=None):
     if len(directory) > MAX_PATH:
         raise SlotError(f"{what}: longer than {MAX_PATH} characters (set "
                         f"{LOCK_DIR_ENV})")
+    why = not_absolute(directory)
+    if why is not None:
+        raise SlotError(f"{what}: {why}")
     if directory != DEFAULT_LOCK_DIR:
         try:
             os.makedirs(directory, exist_ok=True)

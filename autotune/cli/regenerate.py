@@ -230,8 +230,10 @@ def slot_args(bazel_args, env=None, workspace=None):
     env = os.environ if env is None else env
     if any(a.startswith("--run_under") for a in bazel_args):
         return []
-    lock_dir = env.get(gpu_slot.LOCK_DIR_ENV) or gpu_slot.DEFAULT_LOCK_DIR
-    os.makedirs(lock_dir, exist_ok=True)
+    try:
+        lock_dir = gpu_slot.lock_directory(env)
+    except gpu_slot.SlotError as e:
+        raise RegenerateError(str(e)) from None
     args = [f"--run_under={gpu_slot_label(env, workspace)}",
             f"--test_env={gpu_slot.LOCK_DIR_ENV}={lock_dir}",
             f"--sandbox_writable_path={lock_dir}"]

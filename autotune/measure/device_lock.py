@@ -92,16 +92,35 @@ def _what_is(path):
         return None
 
 
+def not_absolute(directory):
+    """Why `directory` cannot be a lock directory although it may exist: a
+    relative path names another directory in each working directory (a
+    Bazel test runs in its own runfiles tree), so processes would not
+    take turns; nothing expands a leading ~ here. None when absolute."""
+    if directory.startswith("~"):
+        return (f"starts with ~, and ~ is not expanded here (no shell "
+                f"expands it inside --test_env= or a .bazelrc line); set "
+                f"{LOCK_DIR_ENV} to an absolute path")
+    if not os.path.isabs(directory):
+        return (f"a relative path, which each working directory (each "
+                f"Bazel test's runfiles tree) would resolve to a lock of "
+                f"its own; set {LOCK_DIR_ENV} to an absolute path")
+    return None
+
+
 def ensure_lock_dir(directory):
     """Creates the lock directory if missing and checks it. The default
     one must be a directory (not a link) of this user's; a group- or
     world-writable mode is narrowed. $AUTOTUNE_LOCK_DIR is the user's own
-    choice (it may be shared on purpose): it must be a directory.
-    DeviceLockError: one line, when it cannot be used."""
+    choice (it may be shared on purpose): it must be an absolute path
+    to a directory. DeviceLockError: one line, when it cannot be used."""
     what = f"lock directory {logs.printable(directory)[:300]}"
     if len(directory) > MAX_PATH or "\0" in directory:
         raise DeviceLockError(f"{what}: not a usable path (set "
                               f"{LOCK_DIR_ENV} to a directory)")
+    why = not_absolute(directory)
+    if why is not None:
+        raise DeviceLockError(f"{what}: {why}")
     if directory != DEFAULT_LOCK_DIR:
         try:
             os.makedirs(directory, exist_ok=True)
