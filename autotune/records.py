@@ -255,6 +255,18 @@ def major_minor(version):
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
+# The versions a device key names: the Triton its timings were taken under
+# (`NVIDIA H200/sm_90/sms=132/triton-3.6.0`). Two device keys that differ
+# only in them are the same hardware; an update that re-measures a fusion
+# under a new Triton replaces the old version's entry.
+_DEVICE_VERSIONS = re.compile(r"/triton-[^/]*$")
+
+
+def hardware_of(device):
+    """A device key without the versions it names."""
+    return _DEVICE_VERSIONS.sub("", device)
+
+
 class Provenance(NamedTuple):
     triton_version: str = ""
     torch_version: str = ""

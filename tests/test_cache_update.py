@@ -72,6 +72,51 @@ def test_runs_that_disagree_are_decided_by_the_merge_rule():
     assert updated.entries == [in_file]
 
 
+OLD_GPU = GPU.replace("triton-3.9.0", "triton-3.6.0")
+
+
+def test_a_fusion_re_measured_under_a_new_triton_replaces_the_old_versions():
+    """The device key names the Triton version: an update that re-measured
+    a fusion after an upgrade replaces the old version's entry (one entry
+    per fusion and device); a fusion it did not reach keeps its entry, and
+    another GPU's entries stay."""
+    old = [entry(1, device=OLD_GPU), entry(2, device=OLD_GPU),
+           entry(3, device=OLD_GPU), entry(1, device=CPU)]
+    run = [entry(1, device=GPU), entry(2, device=GPU, block=128)]
+    updated = update.update(old, [("run", run)])
+    assert keys(updated.entries) == keys(
+        run + [entry(3, device=OLD_GPU), entry(1, device=CPU)])
+    assert keys(updated.removed) == keys(old[:2])
+    merged = regenerate.merge_dumps(old, [("//:t_autotune_dump", run, GPU)])
+    assert keys(merged.entries) == keys(updated.entries)
+
+
+def test_an_entry_re_measured_under_a_new_torch_takes_the_runs():
+    """torch is not in the device key: the same key, the same winner, but
+    measured under torch 2.14, so the next load counts no drift."""
+    in_file = entry(1)
+    rerun = in_file.replace(provenance=in_file.provenance._replace(
+        torch_version="2.14.0", timestamp="2026-12-01T00:00:00Z"))
+    assert update.update([in_file], [("run", [rerun])]).entries == [rerun]
+    # A patch release is no drift: the file's entry stays verbatim.
+    patch = in_file.replace(provenance=in_file.provenance._replace(
+        torch_version="2.13.1"))
+    assert update.update([in_file], [("run", [patch])]).entries == [in_file]
+
+
+def test_an_upgrade_reads_as_fusions_re_tuned():
+    from autotune.report import summary
+    old = [entry(1, device=OLD_GPU), entry(2, device=OLD_GPU)]
+    new = [entry(1, device=GPU), entry(2, device=GPU, block=128)]
+    changes = summary.CacheChanges(old, new)
+    assert changes.headline() == (
+        "0 added, 0 removed, 1 changed; 1 re-tuned (triton-3.6.0 -> "
+        "triton-3.9.0), winner unchanged")
+    assert changes.lines()[-1] == (
+        f"= k [n=1] on {GPU}: BLOCK=64 num_warps=4 num_stages=3 (re-tuned: "
+        "triton-3.6.0 -> triton-3.9.0, winner unchanged)")
+
+
 # -- the three users ---------------------------------------------------------
 
 OLD = [entry(1, fingerprint="0ld"), entry(2, time_us=7.0), entry(3),

@@ -496,3 +496,39 @@ def test_the_backtick_check_can_fail():
     }) == ["autotune.runtime.gone:Tuning (in d)",
            "autotune.runtime.tuning:Tuning.gone (in c)",
            "autotune/runtime/gone.py (in a)", "measure/gone.py (in b)"]
+
+
+# -- the device key ---------------------------------------------------------
+
+DEVICE_KEY_SENTENCE = (
+    "The device key holds the GPU name, compute capability, SM count and "
+    "Triton version (`NVIDIA H200/sm_90/sms=132/triton-3.9.0`); after a "
+    "Triton, torch or CUDA upgrade the old entries stay hits by default, "
+    "counted in the summary, until `pytest --autotune-update=all` or "
+    "`regenerate --retune` re-measures them and replaces each with one "
+    "entry under the running versions.")
+DEVICE_KEY_PAGES = ("README.md", "docs/glossary.md", "docs/pytest.md",
+                    "docs/bazel.md", "docs/trusting-caches.md",
+                    "docs/stable-caches.md")
+
+
+def _words(text):
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("page", DEVICE_KEY_PAGES)
+def test_what_the_device_key_holds_is_said_in_one_sentence(page):
+    """The pages that speak of upgrades say in the same words what the
+    device key holds and what an upgrade does."""
+    assert DEVICE_KEY_SENTENCE in _words(_read(os.path.join(ROOT, page))), (
+        f"{page}: say what the device key holds and what an upgrade does "
+        f"in the words of tests/test_docs.py DEVICE_KEY_SENTENCE")
+
+
+def test_no_page_says_an_upgrade_keeps_the_device_key():
+    for path in markdown_files():
+        text = _words(_read(path)).lower()
+        for wrong in ("keeps the device key", "device key matches"):
+            assert wrong not in text, (
+                f"{os.path.relpath(path, ROOT)}: '{wrong}': a Triton upgrade "
+                "changes the device key (it holds the Triton version)")

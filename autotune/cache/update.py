@@ -8,12 +8,15 @@ with a run's results, used by the dump at exit
    entries as the incumbents); two runs with different winners for a key
    are a conflict, reported by the caller.
 2. A fusion (device, kernel, signature) a run produced supersedes the
-   file's entries of that fusion, whatever their fingerprint; where the
+   file's entries of that fusion, whatever their fingerprint and whatever
+   Triton version their device key names (an upgrade re-measured under
+   the new version replaces the old version's entry); where the
    key and the winner are the same, the file's entry stays verbatim (its
    times, candidates and timestamp too), so that a run that changed
    nothing leaves the file byte-identical; unless the run measured
    configs the file's entry never did (configs added to a list), whose
-   times the run's entry carries.
+   times the run's entry carries, or measured it under another Triton,
+   torch or CUDA major.minor (its provenance records the new ones).
 3. The file's other entries are kept, except on the devices given as
    `prune_devices`: there, an entry no run produced any more (a kernel
    that changed, a shape no test uses) is removed. Another device's
@@ -22,6 +25,7 @@ with a run's results, used by the dump at exit
 from typing import NamedTuple
 
 from autotune.cache import merge
+from autotune.records import hardware_of, major_minor
 
 
 class Update(NamedTuple):
@@ -34,8 +38,8 @@ class Update(NamedTuple):
 
 def fusion_of(key):
     """What a newer entry replaces: one fusion on one device, any kernel
-    fingerprint."""
-    return key.device, key.kernel, key.signature
+    fingerprint, any version the device key names."""
+    return hardware_of(key.device), key.kernel, key.signature
 
 
 def _measured_more(entry, previous):
@@ -43,6 +47,15 @@ def _measured_more(entry, previous):
     measured."""
     return bool({c.config for c in entry.candidates}
                 - {c.config for c in previous.candidates})
+
+
+def _versions(entry):
+    """The Triton, torch and CUDA major.minor an entry was tuned with: an
+    entry re-measured under others (a torch upgrade keeps the device key)
+    replaces the file's, whose versions every load would count as drift."""
+    p = entry.provenance
+    return tuple(major_minor(v) for v in (p.triton_version, p.torch_version,
+                                          p.cuda_version))
 
 
 def update(old_entries, runs, prune_devices=()):
@@ -60,7 +73,8 @@ def update(old_entries, runs, prune_devices=()):
         # decoration's list: their times join it, and the next update
         # finds nothing left to measure).
         keep = previous is not None and previous.best == entry.best and \
-            not _measured_more(entry, previous)
+            not _measured_more(entry, previous) and \
+            _versions(previous) == _versions(entry)
         entries.append(previous if keep else entry)
     superseded = {fusion_of(e.key) for e in tuned}
     new_keys = {e.key for e in tuned}

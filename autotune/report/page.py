@@ -15,6 +15,7 @@ import io
 import re
 
 from autotune.errors import ToolError
+from autotune.records import hardware_of
 from autotune.report import summary
 
 INSTALL_HINT = ("the report page draws its charts with matplotlib: "
@@ -66,8 +67,10 @@ class Comparison(summary.CacheChanges):
         self.base = self.old
         base_devices = {e.key.device for e in base}
         new_devices = {e.key.device for e in new}
-        self.other_device = bool(base_devices and new_devices and
-                                 not base_devices & new_devices)
+        # Another Triton on the same GPU is compared (summary.fusion_of).
+        self.other_device = bool(base_devices and new_devices and not (
+            {hardware_of(d) for d in base_devices}
+            & {hardware_of(d) for d in new_devices}))
         self.base_devices = sorted(base_devices)
         self.new_devices = sorted(new_devices)
 
@@ -266,7 +269,8 @@ def _comparison_html(comparison):
         for fid in keys:
             entry = side[fid]
             parts.append(f"<tr><td>{_esc(fid[1])}</td><td><code>"
-                         f"{_esc(fid[2])}</code></td><td>{_esc(fid[0])}</td>"
+                         f"{_esc(fid[2])}</code></td>"
+                         f"<td>{_esc(entry.key.device)}</td>"
                          f"<td><code>{_esc(entry.best.short())}</code></td>"
                          f'<td class="num">{_us(entry.run_time_us)}</td>'
                          "</tr>")
@@ -286,7 +290,7 @@ def build_page(sources, base=None, base_name=None, title=None,
     # With a base, the fusions whose winner changed come first.
     if comparison is not None and not comparison.other_device:
         changed = {fid[:3] for fid in comparison.changed}
-        records.sort(key=lambda r: ((r["device"], r["kernel"],
+        records.sort(key=lambda r: ((hardware_of(r["device"]), r["kernel"],
                                      r["signature"]) not in changed,))
     names = ", ".join(name for name, _ in sources)
     title = title or f"Autotuning results: {names}"

@@ -15,7 +15,7 @@ import re
 
 from autotune.errors import CacheFileError
 from autotune.log import printable
-from autotune.records import DEFAULT_RULE
+from autotune.records import DEFAULT_RULE, hardware_of
 
 REASONS = ("fastest", "incumbent", "smaller", "only", "not_measured")
 
@@ -163,8 +163,25 @@ def natural_key(text):
 
 def fusion_of(key):
     """A fusion as a reviewer sees it: (device, kernel, signature); an
-    edited kernel has a new fingerprint but is the same fusion."""
-    return key.device, key.kernel, key.signature
+    edited kernel has a new fingerprint but is the same fusion, and so is
+    one re-measured under another Triton (the device key without the
+    versions it names: records.hardware_of)."""
+    return hardware_of(key.device), key.kernel, key.signature
+
+
+def retune_reason(old, new):
+    """Why a fusion whose winner stayed was tuned again: "kernel changed",
+    the device key's versions ("triton-3.6.0 -> triton-3.9.0"), or both."""
+    reasons = []
+    if (old.key.fingerprint, old.key.key_version) != \
+            (new.key.fingerprint, new.key.key_version):
+        reasons.append("kernel changed")
+    if old.key.device != new.key.device:
+        def versions(device):
+            return device[len(hardware_of(device)):].lstrip("/")
+        reasons.append(f"{versions(old.key.device)} -> "
+                       f"{versions(new.key.device)}")
+    return "; ".join(reasons)
 
 
 def fusion_sort_key(fusion):
@@ -237,6 +254,17 @@ def pair_fusions(old, new):
             new_ids[fusion + (_kernel_tag(k),)] = news[k]
         left_old = [e for k, e in olds.items() if k not in news]
         left_new = [e for k, e in news.items() if k not in olds]
+        # The same kernel re-measured under another Triton (the device
+        # key's version): its fingerprint is its id.
+        tags = collections.Counter(_kernel_tag(e.key) for e in left_new)
+        for e in list(left_old):
+            tag = _kernel_tag(e.key)
+            twin = [n for n in left_new if _kernel_tag(n.key) == tag]
+            if len(left_old) > 1 and tags[tag] == 1 and len(twin) == 1:
+                old_ids[fusion + (tag,)], new_ids[fusion + (tag,)] = \
+                    e, twin[0]
+                left_old.remove(e)
+                left_new.remove(twin[0])
         if len(left_old) == 1 and len(left_new) == 1:
             fid = fusion + (_kernel_tag(left_new[0].key),)
             old_ids[fid], new_ids[fid] = left_old[0], left_new[0]
@@ -279,8 +307,12 @@ class CacheChanges:
                 f"{len(self.changed)} changed")
         if self.retuned:
             n = len(self.retuned)
-            line += (f"; {n} re-tuned (kernel changed), "
-                     f"{'winners' if n > 1 else 'winner'} unchanged")
+            reasons = collections.Counter(
+                retune_reason(self.old[f], self.new[f]) for f in self.retuned)
+            line += "; " + ", ".join(
+                f"{count} re-tuned ({reason})"
+                for reason, count in sorted(reasons.items())) + \
+                f", {'winners' if n > 1 else 'winner'} unchanged"
         return line
 
     def change(self, fusion):
@@ -295,7 +327,7 @@ class CacheChanges:
 
         def name(f):
             entry = self.new.get(f) or self.old[f]
-            return f"{f[1]} [{f[2]}] on {f[0]}" + (
+            return f"{f[1]} [{f[2]}] on {entry.key.device}" + (
                 f" (kernel fingerprint {entry.key.fingerprint})"
                 if shared[f[:3]] > 1 else "")
 
@@ -309,7 +341,8 @@ class CacheChanges:
                        f"{self.new[f].best.short()} ({self.change(f)['text']})")
             for f in self.retuned:
                 yield (f"= {name(f)}: {self.new[f].best.short()} (re-tuned: "
-                       "kernel changed, winner unchanged)")
+                       f"{retune_reason(self.old[f], self.new[f])}, winner "
+                       "unchanged)")
         total = (len(self.added) + len(self.removed) + len(self.changed) +
                  len(self.retuned))
         return at_most(generate(), total, limit)

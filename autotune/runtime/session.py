@@ -26,7 +26,7 @@ from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
 from autotune.cache import neighbours as reuse
 from autotune.cache import update as cache_update
 from autotune.contract import REGENERATE_COMMAND, REPORT_FILE
-from autotune.records import major_minor
+from autotune.records import hardware_of, major_minor
 
 # The report page a dump target writes next to its dump.
 REPORT_PAGE_FILE = "autotune_report.html"
@@ -90,7 +90,9 @@ class Stats:
 
 
 def _fusion_of(key):
-    return key.kernel, key.signature, key.device
+    # An entry tuned under another Triton is the incumbent of its fusion:
+    # a re-tune after an upgrade measures the old winner against the rest.
+    return key.kernel, key.signature, hardware_of(key.device)
 
 
 def _saved_by(entry):
@@ -299,7 +301,8 @@ class Session:
 
     def incumbent_for(self, key):
         """The incumbent entry of a fusion: same kernel, signature and
-        device, any fingerprint; the one with this exact key first."""
+        device, any fingerprint or Triton version; the one with this exact
+        key first."""
         entries = self.incumbents.get(_fusion_of(key))
         if not entries:
             return None
