@@ -116,6 +116,14 @@ def test_an_upgrade_reads_as_fusions_re_tuned():
         f"= k [n=1] on {GPU}: BLOCK=64 num_warps=4 num_stages=3 (re-tuned: "
         "triton-3.6.0 -> triton-3.9.0, winner unchanged)")
 
+    # Two kernels of one name and signature: each is paired with its own.
+    two = [entry(1, device=OLD_GPU), entry(1, device=OLD_GPU, block=128,
+                                           fingerprint="00000000bbbb")]
+    again = [e.replace(key=e.key._replace(device=GPU)) for e in two]
+    assert summary.CacheChanges(two, again).headline() == (
+        "0 added, 0 removed, 0 changed; 2 re-tuned (triton-3.6.0 -> "
+        "triton-3.9.0), winners unchanged")
+
 
 # -- the three users ---------------------------------------------------------
 
