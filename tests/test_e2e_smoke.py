@@ -270,6 +270,43 @@ def test_user_workspace_flow(smoke):
     assert len(codec.load_results(path)) == 4
 
 
+GPUCI_RC = """
+# A CI machine's settings, for `bazel test` only (query knows no gpuci):
+# its runner tunes the single-process tests' cache, not the ranks' one.
+test:gpuci --test_tag_filters=-autotune_cache=testdata/ranks.textproto
+"""
+
+
+def test_regenerate_takes_a_config_of_test_lines(smoke):
+    """The workspace's .bazelrc defines `gpuci` with `test:` lines only,
+    which `bazel query` refuses (Config value 'gpuci' is not defined in
+    any .rc file): regenerate queries without it and runs the dumps with
+    it, so its tag filter leaves the ranks' dump out (skipped, its cache
+    untouched) and the shared cache is regenerated, unchanged."""
+    repo, ws, t = smoke
+    with open(os.path.join(ws, ".bazelrc"), "a") as f:
+        f.write(GPUCI_RC)
+    with open(os.path.join(ws, RANKS_CACHE), "rb") as f:
+        ranks_before = f.read()
+    result = t.run(ws, [BAZEL, "query", "--config=gpuci", "//:all"], ws)
+    assert "Config value 'gpuci' is not defined" in result.stderr, \
+        result.stderr[-2000:]
+    result = t.run(ws, [BAZEL, "run", "@rules_autotune//tools:regenerate",
+                        "--", "--bazel_arg=--config=gpuci"], ws)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert "--config=gpuci: no rc line defines it for bazel query" in out
+    assert f"skipped {RANKS_TEST}_autotune_dump: built, not run" in out, \
+        out[-3000:]
+    assert f"{RANKS_CACHE} left untouched" in out, out[-3000:]
+    line = summary(result.stdout)
+    assert "0 added, 0 removed, 0 changed" in line and \
+        "file unchanged" in line, line
+    t.note(line)
+    with open(os.path.join(ws, RANKS_CACHE), "rb") as f:
+        assert f.read() == ranks_before
+
+
 def _bare_python(path):
     """A virtual environment without packages: its bin, first on PATH, is
     the `python` Bazel 4.2.3's launchers start (a hermetic interpreter

@@ -1,13 +1,18 @@
 """Regenerates checked-in autotune caches in one command.
 
-    bazel run @rules_autotune//tools:regenerate [-- PATTERN ... [--bazel_arg=ARG]]
+    bazel run @rules_autotune//tools:regenerate [-- PATTERN ... [--bazel_arg=ARG]
+                                                [--bazel_test_arg=ARG]]
     python3 RULES_AUTOTUNE/tools/regenerate.py [PATTERN ...]   (from anywhere
                                                           in the workspace)
 
 1. Finds the dump targets (tag `autotune_dump`, made by gpu_autotuned_test)
    with `bazel query`, within PATTERN (default //...), plus every other dump
    target that writes to one of their caches (a cache several targets share
-   is only rewritten from all of their dumps). A PATTERN naming one target
+   is only rewritten from all of their dumps). Query gets the --bazel_arg
+   values, less a --config that no rc line defines for query (a team's
+   `build:rbe` and `test:gpuci` lines): that one goes to `bazel test`
+   only, with a note. --bazel_test_arg values go to `bazel test` only
+   (--test_tag_filters, --remote_executor, ...). A PATTERN naming one target
    may name the gpu_autotuned_test itself (`:kernels_test`): it stands for
    its dump target (`:kernels_test_autotune_dump`).
 2. Runs them with `bazel test --test_sharding_strategy=disabled`: a dump
@@ -17,8 +22,16 @@
    (passed to the targets as --test_env=AUTOTUNE_RETUNE=1) every fusion
    is re-measured, the checked-in configs as incumbents: for a new GPU,
    driver or Triton version. Each runs under
-   tools/gpu_slot.py (--run_under; not when --bazel_arg gives one): one
-   dump target per device at a time, on every device.
+   tools/gpu_slot.py (--run_under; not when --bazel_arg or
+   --bazel_test_arg gives one): one dump target per device at a time, on
+   every device. A dump target the test filters leave out
+   (--test_tag_filters=gpu-h100 for one pool's dumps) is built, not run,
+   and skipped: its cache is left as it is, or, when other targets that
+   write to it ran, updated from their dumps without removing entries.
+   Under `bazel run`, the nested bazel commands use the output base of the
+   `bazel` that started regenerate (a custom --output_base included), so
+   they talk to the same server; --bazel_startup_arg adds other startup
+   options.
 3. Merges the dumps of each cache (tag `autotune_cache=PATH`) into the file,
    by the rule every update of a cache file follows
    (autotune/cache/update.py), pruned on the dumps' devices:
@@ -100,23 +113,73 @@ gpu_slot = _ToolModule("gpu_slot")
 
 
 def _bazel(bazel, args, cwd, capture=True):
+    """Runs bazel (a path, or [path, startup options...]) with args."""
+    command = [bazel] if isinstance(bazel, str) else list(bazel)
     try:
-        return subprocess.run([bazel] + args, cwd=cwd, text=True,
+        return subprocess.run(command + args, cwd=cwd, text=True,
                               capture_output=capture)
     except FileNotFoundError:
-        raise RegenerateError(f"cannot run {bazel!r}: not found (set --bazel "
-                              "or BAZEL)")
+        raise RegenerateError(f"cannot run {command[0]!r}: not found (set "
+                              "--bazel or BAZEL)")
+
+
+_UNDEFINED_CONFIG = re.compile(
+    r"[Cc]onfig value '([^']+)' is not defined in any \.rc file")
+_UNRECOGNIZED = re.compile(r"Unrecognized option: (\S+)")
+
+
+class QueryArgs:
+    """The --bazel_arg values that `bazel query` takes.
+
+    A --config whose rc lines are all `build:NAME` or `test:NAME` is not
+    defined for query (Bazel says so and stops): query runs without it,
+    once noted; `bazel test` still gets it. Any other option query does
+    not know is an error that names --bazel_test_arg."""
+
+    def __init__(self, args):
+        self.args = list(args)
+        self.dropped = []
+
+    def run(self, bazel, query_args, cwd):
+        while True:
+            result = _bazel(bazel, ["query"] + self.args + query_args, cwd)
+            if result.returncode == 0:
+                return result
+            undefined = _UNDEFINED_CONFIG.search(result.stderr or "")
+            flag = f"--config={undefined.group(1)}" if undefined else None
+            if flag is None or flag not in self.args:
+                return result
+            self.args = [a for a in self.args if a != flag]
+            self.dropped.append(flag)
+            print(f"regenerate: note: {flag}: no rc line defines it for "
+                  "bazel query (build:/test: lines only); bazel query runs "
+                  "without it, bazel test with it", file=sys.stderr)
+
+
+def _query_error(result):
+    text = (result.stderr or "").strip()
+    unknown = _UNRECOGNIZED.search(text)
+    if unknown:
+        return (f"bazel query does not take {unknown.group(1)} (from "
+                "--bazel_arg or an rc file's --config lines): give options "
+                "only bazel test takes with --bazel_test_arg "
+                "(--bazel_test_arg=--config=NAME for a config of "
+                "build:/test: options)")
+    return f"bazel query failed:\n{text}"
 
 
 def find_dump_targets(bazel, patterns, cwd, bazel_args, keep_going=False):
+    """bazel_args: a QueryArgs, or a list of arguments query takes."""
+    query = bazel_args if isinstance(bazel_args, QueryArgs) \
+        else QueryArgs(bazel_args)
     expr = " + ".join(f'attr("tags", "\\b{DUMP_TAG}\\b", {p})'
                       for p in patterns)
-    result = _bazel(bazel, ["query"] + bazel_args + [expr, "--output=xml"]
-                    + (["--keep_going"] if keep_going else []), cwd)
+    result = query.run(bazel, [expr, "--output=xml"]
+                       + (["--keep_going"] if keep_going else []), cwd)
     # 3: partial result (--keep_going, a package that does not load).
     if result.returncode not in ((0, 3) if keep_going else (0,)) or \
             not result.stdout.strip():
-        raise RegenerateError(f"bazel query failed:\n{result.stderr.strip()}")
+        raise RegenerateError(_query_error(result))
     return _parse_query_xml(result.stdout)
 
 
@@ -167,7 +230,10 @@ def find_pattern_targets(bazel, patterns, cwd, bazel_args):
 
 
 def select_targets(bazel, patterns, cwd, bazel_args):
-    """Dump targets within patterns, plus those sharing a cache with them."""
+    """Dump targets within patterns, plus those sharing a cache with them.
+    bazel_args: the --bazel_arg values (see QueryArgs)."""
+    bazel_args = bazel_args if isinstance(bazel_args, QueryArgs) \
+        else QueryArgs(bazel_args)
     selected = find_pattern_targets(bazel, patterns, cwd, bazel_args)
     if patterns == ["//..."]:
         return selected
@@ -286,8 +352,10 @@ def output_args(release):
 
 def run_dump_targets(bazel, targets, cwd, bazel_args, retune=False):
     """Runs the targets; returns {target: (passed?, testlogs folder or
-    None)}. The folder comes from the build events (so it is right however
-    the convenience symlinks are set up)."""
+    None)}. passed is None for a target Bazel built but did not run (the
+    test filters, --test_tag_filters and its kin, left it out). The folder
+    comes from the build events (so it is right however the convenience
+    symlinks are set up)."""
     bazel_args = (list(bazel_args)
                   + slot_args(bazel_args, workspace=find_workspace(cwd))
                   + output_args(bazel_release(bazel, cwd)))
@@ -299,13 +367,16 @@ def run_dump_targets(bazel, targets, cwd, bazel_args, retune=False):
                 "--cache_test_results=no", f"--build_event_json_file={events}"]
             + ([f"--test_env={RETUNE_ENV_VAR}=1"] if retune else [])
             + sorted(targets), cwd, capture=False)
-        status, logs = {}, {}
+        status, logs, built = {}, {}, set()
         if os.path.exists(events):
             with open(events) as f:
                 for line in f:
                     event = json.loads(line)
                     ids = event.get("id", {})
-                    if "testSummary" in ids:
+                    if "targetCompleted" in ids and event.get(
+                            "completed", {}).get("success"):
+                        built.add(ids["targetCompleted"]["label"])
+                    elif "testSummary" in ids:
                         status[ids["testSummary"]["label"]] = event.get(
                             "testSummary", {}).get("overallStatus") == "PASSED"
                     elif "testResult" in ids:
@@ -321,7 +392,13 @@ def run_dump_targets(bazel, targets, cwd, bazel_args, retune=False):
 
     def lookup(table, t):
         return table.get(t, table.get(_canonical(t)))
-    return {t: (bool(lookup(status, t)), lookup(logs, t)) for t in targets}
+
+    def passed(t):
+        if lookup(status, t) is None and (t in built or
+                                          _canonical(t) in built):
+            return None  # built, not run: left out by the test filters
+        return bool(lookup(status, t))
+    return {t: (passed(t), lookup(logs, t)) for t in targets}
 
 
 def _canonical(label):
@@ -357,16 +434,19 @@ class Merged:
         self.conflicts = conflicts    # [str], one line each
 
 
-def merge_dumps(old_entries, dumps):
+def merge_dumps(old_entries, dumps, prune=True):
     """old_entries: the checked-in entries ([] when there is no file).
     dumps: [(target, entries, device or None)]. The file is updated by the
-    one rule (autotune/cache/update.py), pruned on the dumps' devices: see
-    the module docstring."""
+    one rule (autotune/cache/update.py), pruned on the dumps' devices (not
+    when prune is False: a target that writes to the file did not run):
+    see the module docstring."""
     devices = set()
     for _, entries, device in dumps:
         if device:
             devices.add(device)
         devices.update(e.key.device for e in entries)
+    if not prune:
+        devices = set()
     updated = cache_update.update(
         old_entries, [(target, entries) for target, entries, _ in dumps],
         prune_devices=devices)
@@ -374,8 +454,10 @@ def merge_dumps(old_entries, dumps):
                   [c.line() for c in updated.conflicts])
 
 
-def regenerate_cache(cache, dumps, workspace):
-    """Merges dumps into one cache file and prints what changed."""
+def regenerate_cache(cache, dumps, workspace, not_run=()):
+    """Merges dumps into one cache file and prints what changed. not_run:
+    targets that write to it too but did not run (the test filters left
+    them out): no entry is removed then."""
     path = os.path.join(workspace, cache)
     old = []
     if os.path.exists(path):
@@ -383,7 +465,7 @@ def regenerate_cache(cache, dumps, workspace):
             old = codec.load_results(path)
         except CacheFileError as e:
             print(f"regenerate: note: replacing unreadable {e}")
-    merged = merge_dumps(old, dumps)
+    merged = merge_dumps(old, dumps, prune=not not_run)
     for line in merged.conflicts:
         print("regenerate: " + line)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -406,6 +488,9 @@ def regenerate_cache(cache, dumps, workspace):
     if removed:
         print(f"  ({len(removed)} removed: no dump produced them on "
               "this device any more)")
+    if not_run:
+        print(f"  (no entry removed: {', '.join(sorted(not_run))}, which "
+              "writes to it too, did not run)")
     return old, merged.entries
 
 
@@ -447,6 +532,26 @@ def write_report_page(pages, workspace=None):
     return path
 
 
+def calling_output_base(workspace, env=None, path=None):
+    """[--output_base=DIR] of the `bazel run` that started regenerate, or
+    [] (run as a script, or for another workspace). Under `bazel run` this
+    file is in DIR/execroot/...: without the option, the nested bazel
+    commands would start a second server on the default output base
+    (and build everything again there) whenever the user gave
+    --output_base. Bazel takes the option naming its own output base
+    without a restart."""
+    env = os.environ if env is None else env
+    path = os.path.abspath(path or __file__)
+    called_from = env.get("BUILD_WORKSPACE_DIRECTORY")
+    if not called_from or os.path.realpath(called_from) != \
+            os.path.realpath(workspace):
+        return []
+    head, found, _ = path.partition(os.sep + "execroot" + os.sep)
+    if not found or not os.path.isdir(os.path.join(head, "execroot")):
+        return []
+    return [f"--output_base={head}"]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -460,7 +565,18 @@ def main(argv=None):
                         "`bazel run` was called in, or the one containing "
                         "the current directory)")
     parser.add_argument("--bazel_arg", action="append", default=[],
-                        help="extra argument for bazel query and test")
+                        help="extra argument for bazel query and test "
+                        "(a --config that no rc line defines for query "
+                        "goes to bazel test only)")
+    parser.add_argument("--bazel_test_arg", action="append", default=[],
+                        help="extra argument for bazel test only "
+                        "(--test_tag_filters=gpu-h100, --config=NAME of "
+                        "build:/test: lines, --remote_executor=...)")
+    parser.add_argument("--bazel_startup_arg", action="append", default=[],
+                        help="startup option for every bazel command "
+                        "(before the command); under `bazel run` the "
+                        "output base of the calling bazel is passed "
+                        "already")
     parser.add_argument("--retune", action="store_true",
                         help="re-measure every fusion, the checked-in "
                         "configs as incumbents (a new GPU, driver or Triton "
@@ -482,10 +598,11 @@ def main(argv=None):
     # stands; paths are resolved against the workspace root.
     cwd = here if os.path.abspath(here).startswith(
         workspace + os.sep) else workspace
+    bazel = [args.bazel] + calling_output_base(workspace) \
+        + args.bazel_startup_arg
     placeholders = []
     try:
-        targets = select_targets(args.bazel, args.patterns, cwd,
-                                 args.bazel_arg)
+        targets = select_targets(bazel, args.patterns, cwd, args.bazel_arg)
         if not targets:
             print("regenerate: no dump targets (tag autotune_dump) in "
                   + " ".join(args.patterns) + ": name gpu_autotuned_test "
@@ -498,7 +615,8 @@ def main(argv=None):
                  "tuning only fusions missing or stale in the cache "
                  "(--retune re-measures every one)"), file=sys.stderr)
         placeholders.extend(create_placeholders(targets, workspace))
-        results = run_dump_targets(args.bazel, targets, cwd, args.bazel_arg,
+        results = run_dump_targets(bazel, targets, cwd,
+                                   args.bazel_arg + args.bazel_test_arg,
                                    retune=args.retune)
     except RegenerateError as e:
         remove_placeholders(placeholders)
@@ -544,11 +662,17 @@ def write_results(targets, results, workspace, regenerated):
     regenerated. Returns the exit code."""
     failed = []
     by_cache = {}
+    not_run = {}  # cache -> targets the test filters left out
     pages = []
     for target in sorted(targets):
         cache = targets[target]
         passed, logs = results[target]
         logs = logs or testlogs_dir(workspace, target)
+        if passed is None:
+            print(f"regenerate: skipped {target}: built, not run (the test "
+                  "filters left it out)")
+            not_run.setdefault(cache, set()).add(target)
+            continue
         if not passed:
             failed.append(target)
             print(f"regenerate: FAILED {target}: "
@@ -578,14 +702,23 @@ def write_results(targets, results, workspace, regenerated):
                   "writes to it failed")
             continue
         try:
-            old, new = regenerate_cache(cache, dumps, workspace)
+            old, new = regenerate_cache(cache, dumps, workspace,
+                                        not_run.get(cache, ()))
             pages.append((cache, old, new))
             regenerated.add(os.path.join(workspace, cache))
         except (CacheFileError, OSError) as e:
             failed.append(cache)
             print(f"regenerate: FAILED writing {cache}: {e}")
+    for cache in sorted(c for c in not_run if c and c not in by_cache):
+        print(f"regenerate: {cache} left untouched: none of the dump "
+              "targets that write to it ran")
     if pages:
         write_report_page(pages, workspace)
+    if not_run and sum(len(t) for t in not_run.values()) == len(targets):
+        print(f"regenerate: error: the test filters left out every dump "
+              f"target ({len(targets)}); nothing was regenerated",
+              file=sys.stderr)
+        return 2
     if failed:
         print(f"regenerate: {len(failed)} failure(s): " + ", ".join(failed))
         return 1
