@@ -267,6 +267,21 @@ def hardware_of(device):
     return _DEVICE_VERSIONS.sub("", device)
 
 
+def device_triton_version(device):
+    """The Triton version a device key names ("3.6.0" of
+    "NVIDIA H200/sm_90/sms=132/triton-3.6.0"), or ""."""
+    match = _DEVICE_VERSIONS.search(device or "")
+    return match.group(0)[len("/triton-"):] if match else ""
+
+
+def tuned_with_triton(entry):
+    """The Triton version `entry` was tuned with: its provenance's, else
+    (entries of older caches, whose provenance lacks it) the one its
+    device key names; "" when neither says."""
+    return entry.provenance.triton_version or \
+        device_triton_version(entry.key.device)
+
+
 class Provenance(NamedTuple):
     triton_version: str = ""
     torch_version: str = ""

@@ -337,3 +337,63 @@ def test_a_refused_winner_is_not_adopted_from_another_process(
     x, y = tk.run(tuned, 40)
     assert tuned.best_config in (B, C)
     assert tuned.lookup_config(x, y, 40, 2.0) in (B, C)
+
+
+def _tree_cache(tmp_path, monkeypatch, name, provenance=None, device=None):
+    """A cache of two entries of the module `name`'s kernel (winners A and
+    B), the module importable; (path, the module)."""
+    import importlib
+    dump = tmp_path / "c.textproto"
+    (tmp_path / f"{name}.py").write_text(
+        "import tiny_kernels as tk\nTUNED = tk.make_tuner(tk.GOOD)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(name)
+    entries = []
+    for n, best in enumerate((A, B), 1):
+        key = autotune.records.CacheKey(
+            device or "cpu/test", "axpb_kernel", module.TUNED.fingerprint,
+            f"n={n}")
+        entries.append(autotune.records.Entry(
+            key, best, 1.0, [autotune.records.Candidate(best, 1.0)],
+            provenance or autotune.records.Provenance(
+                triton_version=autotune.records.major_minor(
+                    __import__("triton").__version__) + ".0")))
+    codec.dump_results(entries, str(dump))
+    return dump, module
+
+
+def test_the_prune_verify_advises_drops_a_winner_no_longer_offered(
+        tmp_path, monkeypatch, capsys):
+    from autotune.cli import cache_tool
+    dump, module = _tree_cache(tmp_path, monkeypatch, "kernels_p")
+    module.TUNED.configs[:] = [A, C]  # B deleted from the list
+    assert cache_tool.main(["verify", str(dump), "--kernel_module",
+                            "kernels_p"]) == 1
+    out = capsys.readouterr().out
+    assert "[n=2] on cpu/test: stale: config no longer offered (" in out
+    assert "--stale --kernel_module M" in out
+    pruned = tmp_path / "pruned.textproto"
+    assert cache_tool.main(["prune", str(dump), "-o", str(pruned), "--stale",
+                            "--kernel_module", "kernels_p"]) == 0
+    out = capsys.readouterr().out
+    assert "drop: axpb_kernel [n=2] on cpu/test: stale: config no longer " \
+        "offered (" in out
+    assert [e.best for e in codec.load_results(str(pruned))] == [A]
+    assert cache_tool.main(["verify", str(pruned), "--kernel_module",
+                            "kernels_p"]) == 0
+
+
+def test_verify_counts_a_triton_version_held_only_in_the_device_key(
+        tmp_path, monkeypatch, capsys):
+    """Older caches name the Triton they were tuned with only in the
+    device key; strict matching refuses them by it, and verify says so."""
+    from autotune.cli import cache_tool
+    dump, _ = _tree_cache(tmp_path, monkeypatch, "kernels_d",
+                          provenance=autotune.records.Provenance(),
+                          device="cpu/triton-interpreter/triton-2.1.0")
+    assert cache_tool.main(["verify", str(dump), "--kernel_module",
+                            "kernels_d"]) == 0
+    out = capsys.readouterr().out
+    assert "2 entries tuned with Triton 2.1, running " in out, out
+    assert "strict treats them as stale" in out

@@ -36,7 +36,8 @@ from autotune.cache import io as cache_io
 from autotune.cache.io import materialize, read_cache, stats, write_cache
 from autotune.cli import merge_driver, remote_tool, report
 from autotune.report import summary
-from autotune.records import KEY_VERSION, Config, major_minor
+from autotune.records import (KEY_VERSION, Config, major_minor,
+                              tuned_with_triton)
 from autotune.runtime import offers
 from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
                              ToolError)
@@ -380,7 +381,7 @@ def cmd_verify(args):
                 outdated += 1
                 problems.append(f"key version {entry.key.key_version}, "
                                 f"current is {KEY_VERSION}")
-            versions[major_minor(entry.provenance.triton_version)] += 1
+            versions[major_minor(tuned_with_triton(entry))] += 1
             if known is not None:
                 reason = stale_reason(entry, known)
                 never = 0
@@ -543,12 +544,23 @@ def _cutoff(text, now):
                         "year 1") from None
 
 
+def tree_stale_reason(entry, tuners):
+    """Why the tree (`tuners`, tree_autotuners) makes `entry` stale: its
+    kernel is gone or changed, or its winner is no longer offered; None
+    when it is current. verify and prune --stale judge alike."""
+    reason = stale_reason(entry, {name: tuner.fingerprint
+                                  for name, tuner in tuners.items()})
+    if reason is None:
+        reason = offer_findings(entry, tuners[entry.key.kernel])[0]
+    return reason
+
+
 def cmd_prune(args):
     entries = read_cache(args.input)
-    known = tree_kernels(args.kernel_module) if args.stale else None
     if args.stale and not args.kernel_module:
         raise ToolError("--stale needs --kernel_module to know the tree's "
                         "kernels")
+    tuners = tree_autotuners(args.kernel_module) if args.stale else None
     cutoff = None
     if args.older_than:
         cutoff = _cutoff(args.older_than,
@@ -563,8 +575,8 @@ def cmd_prune(args):
         elif args.key_version is not None and \
                 entry.key.key_version != args.key_version:
             reason = f"key version {entry.key.key_version}"
-        elif known is not None and stale_reason(entry, known):
-            reason = "stale: " + stale_reason(entry, known)
+        elif tuners is not None and tree_stale_reason(entry, tuners):
+            reason = "stale: " + tree_stale_reason(entry, tuners)
         elif cutoff and entry.provenance.timestamp and \
                 entry.provenance.timestamp < cutoff:
             reason = "tuned " + entry.provenance.timestamp
@@ -641,8 +653,9 @@ def build_parser():
     p.add_argument("--key_version", type=int,
                    help="drop entries of any other key version")
     p.add_argument("--stale", action="store_true",
-                   help="drop entries whose kernel fingerprint is not in "
-                   "the tree (needs --kernel_module)")
+                   help="drop the entries verify reports stale: kernel "
+                   "fingerprint not in the tree, or a winner the tree's "
+                   "decoration no longer offers (needs --kernel_module)")
     p.add_argument("--kernel_module", action="append", default=[])
     p.add_argument("--older_than", help="drop entries tuned more than N "
                    "days ago (30 or 30d)")

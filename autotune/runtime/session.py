@@ -26,7 +26,7 @@ from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
 from autotune.cache import neighbours as reuse
 from autotune.cache import update as cache_update
 from autotune.contract import REGENERATE_COMMAND, REPORT_FILE
-from autotune.records import hardware_of, major_minor
+from autotune.records import hardware_of, major_minor, tuned_with_triton
 
 # The report page a dump target writes next to its dump.
 REPORT_PAGE_FILE = "autotune_report.html"
@@ -394,13 +394,9 @@ class Session:
         return None
 
     def _drift(self, entry):
-        provenance = entry.provenance
-        if not provenance.triton_version:
-            # Older entries: the device key names the Triton they ran.
-            named = _DEVICE_TRITON.search(entry.key.device)
-            if named:
-                provenance = provenance._replace(
-                    triton_version=named.group(0)[len("/triton-"):])
+        # Older entries: the device key names the Triton they ran.
+        provenance = entry.provenance._replace(
+            triton_version=tuned_with_triton(entry))
         return version_drift(provenance, self.versions)
 
     def _index(self):
