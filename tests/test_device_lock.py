@@ -312,6 +312,34 @@ def test_a_killed_tuner_leaves_no_worker_holding_its_device(tmp_path, sig):
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"),
+                    reason="reads process states from /proc (Linux)")
+def test_spawned_workers_exit_when_their_pool_process_dies():
+    """GPU workers are spawned: a SIGKILLed pool process leaves none of
+    them measuring."""
+    pool = _spawn("spawn_pool.py")
+    workers = []
+    try:
+        workers = [int(p) for p in pool.stdout.readline().split()]
+        assert len(workers) == 2, pool.stderr.read()
+        time.sleep(1.0)  # started and measuring (a minute per candidate)
+        assert all(map(_alive, workers))
+        pool.send_signal(signal.SIGKILL)
+        pool.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(map(_alive, workers)):
+            time.sleep(0.05)
+        assert not any(map(_alive, workers)), "orphaned workers live on"
+    finally:
+        if pool.poll() is None:
+            pool.kill()
+            pool.wait()
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_a_forked_child_does_not_hold_the_parents_lock(tmp_path):
     turn = device_lock.DeviceTurn(identity="host-x", directory=str(tmp_path))
     turn.take()
