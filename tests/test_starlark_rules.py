@@ -25,7 +25,7 @@ from tests_support import needs_bazel  # noqa: E402
 pytestmark = needs_bazel
 
 SKYLIB = os.environ.get("BAZEL_SKYLIB_DIR", "/usr/share/bazel/tools/skylib")
-STARLARK_TESTS = 11  # rules/tests: 6 unit tests, 5 analysis tests
+STARLARK_TESTS = 12  # rules/tests: 7 unit tests, 5 analysis tests
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +82,14 @@ MACRO_CALL = """\
      'autotune_cache = "@other//testdata:c.textproto")',
      "gpu_autotuned_test(name = \"t\"): autotune_cache \"@other//testdata:"
      "c.textproto\": the cache must be a file of the repository"),
+    ('gpu_autotuned_test(name = "t", test_rule = py_test, srcs = ["t.py"], '
+     'exec_properties = {"test.Pool": "gpu-a100"}, '
+     'gpu_exec_properties = {"Pool": "gpu-h100"})',
+     "gpu_autotuned_test(name = \"t\"): exec_properties[\"test.Pool\"] is "
+     "\"gpu-a100\" and gpu_exec_properties gives \"gpu-h100\""),
 ], ids=["select-in-env-value", "select-as-env", "select-in-autotune_flags",
-        "select-in-cache-test-env", "cache-of-another-repository"])
+        "select-in-cache-test-env", "cache-of-another-repository",
+        "test-pool-given-twice"])
 def test_a_call_the_macro_cannot_honour_stops_with_one_message(
         workspace, call, message):
     add_package(workspace, "refused", MACRO_CALL.format(call=call))
@@ -96,3 +102,100 @@ def test_a_call_the_macro_cannot_honour_stops_with_one_message(
     # The select() message says what to do instead.
     if "select()" in message:
         assert "--test_env" in errors[0]
+
+
+GPU_POOL = """\
+    load("@rules_cc//cc:defs.bzl", "cc_test")
+    load("@rules_python//python:defs.bzl", "py_test")
+    load("//rules:defs.bzl", "gpu_autotuned_test")
+
+    gpu_autotuned_test(
+        name = "pooled_test",
+        test_rule = py_test,
+        srcs = ["pooled_test.py"],
+        exec_properties = {"OSFamily": "Linux"},
+        gpu_exec_properties = {"Pool": "gpu-h100"},
+    )
+
+    # Compiled code: its compile and link actions must stay off the pool.
+    gpu_autotuned_test(
+        name = "compiled_test",
+        test_rule = cc_test,
+        srcs = ["compiled_test.cc"],
+        gpu_exec_properties = {"Pool": "gpu-h100"},
+    )
+
+    # Control: a plain key sends every action of the target to the pool.
+    cc_test(
+        name = "plain_pool_test",
+        srcs = ["compiled_test.cc"],
+        exec_properties = {"Pool": "gpu-h100"},
+    )
+    """
+
+
+def build_attribute(text, name, attribute):
+    """One attribute's value in `bazel query --output=build` text."""
+    block = text.split(f'name = "{name}"', 1)[1].split("\n)", 1)[0]
+    found = re.search(rf"^  {attribute} = (.*)$", block, re.M)
+    return found.group(1).rstrip(",") if found else None
+
+
+def spawn_pools(path, targets):
+    """{(mnemonic, target): {Pool values}} of an execution log
+    (--execution_log_json_file: JSON objects one after another); a spawn
+    belongs to the first of targets whose name its outputs' paths hold."""
+    import json
+    with open(path) as f:
+        text = f.read()
+    decoder, i, found = json.JSONDecoder(), 0, {}
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            return found
+        spawn, i = decoder.raw_decode(text, i)
+        outputs = json.dumps(spawn.get("listedOutputs", []))
+        for target in targets:
+            if f"/{target}" in outputs:
+                found.setdefault((spawn.get("mnemonic"), target), set()).add(
+                    {p["name"]: p["value"] for p in spawn.get(
+                        "platform", {}).get("properties", [])}.get("Pool"))
+                break
+
+
+def test_the_gpu_pool_is_a_property_of_the_test_action_only(workspace,
+                                                            tmp_path):
+    """gpu_exec_properties become `test.` keys on both generated targets
+    (their exec_properties in `bazel query --output=build`), joined with
+    the caller's plain exec_properties; Bazel gives them to the test
+    action alone: in the execution log only TestRunner carries Pool, not
+    a cc_test's CppCompile and CppLink (the control, a plain Pool key,
+    puts it on all three)."""
+    add_package(workspace, "pool", GPU_POOL)
+    with open(os.path.join(workspace, "pool", "pooled_test.py"), "w") as f:
+        f.write("")
+    with open(os.path.join(workspace, "pool", "compiled_test.cc"), "w") as f:
+        f.write("int main() { return 0; }\n")
+    result = suite.bazel(workspace, ["query", "--output=build",
+                                     "//pool:all"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("pooled_test", "pooled_test_autotune_dump"):
+        assert build_attribute(result.stdout, name, "exec_properties") == \
+            '{"OSFamily": "Linux", "test.Pool": "gpu-h100"}', result.stdout
+    for name in ("compiled_test", "compiled_test_autotune_dump"):
+        assert build_attribute(result.stdout, name, "exec_properties") == \
+            '{"test.Pool": "gpu-h100"}', result.stdout
+
+    log = tmp_path / "exec.json"
+    result = suite.bazel(workspace, [
+        "test", "--cache_test_results=no", f"--execution_log_json_file={log}",
+        "//pool:compiled_test", "//pool:plain_pool_test"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    # plain_pool_test's object file is compiled_test.o: its name first.
+    spawns = spawn_pools(log, ("plain_pool_test", "compiled_test"))
+    for mnemonic in ("CppCompile", "CppLink", "TestRunner"):
+        assert spawns[(mnemonic, "plain_pool_test")] == {"gpu-h100"}, spawns
+    assert spawns[("TestRunner", "compiled_test")] == {"gpu-h100"}, spawns
+    assert spawns[("CppCompile", "compiled_test")] == {None}, spawns
+    assert spawns[("CppLink", "compiled_test")] == {None}, spawns

@@ -15,6 +15,7 @@ load(
     "parse_cache_label",
     "runtime_python_path",
     "select_error",
+    "test_exec_properties",
 )
 
 DUMP_SUFFIX = "_autotune_dump"
@@ -98,6 +99,7 @@ def gpu_autotuned_test(
         tags = [],
         shard_count = None,
         exec_properties = None,
+        gpu_exec_properties = None,
         **kwargs):
     """A GPU test that loads a checked-in autotune cache, plus a dump target.
 
@@ -143,7 +145,12 @@ def gpu_autotuned_test(
         select().
       tags: tags of both targets (the dump target adds manual).
       shard_count: shards of the load target; the dump target never shards.
-      exec_properties: passed through, e.g. to pick a remote GPU pool.
+      exec_properties: passed through; a key without the `test.` prefix
+        applies to every action of the target (building it too).
+      gpu_exec_properties: execution properties of the test action alone,
+        e.g. {"Pool": "gpu-h100"} for a remote GPU pool: each key gets
+        Bazel's `test.` prefix (`test.Pool`), so building the target stays
+        on CPU executors; joined with exec_properties; no select().
       **kwargs: passed to test_rule for both targets.
     """
     what = "gpu_autotuned_test(name = %r)" % name
@@ -182,8 +189,11 @@ def gpu_autotuned_test(
         load_flags.append("--autotune_expected_gpu=%s" % gpu_type)
 
     common = dict(kwargs)
-    if exec_properties != None:
-        common["exec_properties"] = exec_properties
+    properties = test_exec_properties(what, exec_properties, gpu_exec_properties)
+    if properties.error:
+        fail(properties.error)
+    if properties.value != None:
+        common["exec_properties"] = properties.value
     test_tags = [t for t in tags if t not in gpu_tags] + gpu_tags
     if gpu_type:
         test_tags.append("gpu-" + gpu_type.lower())

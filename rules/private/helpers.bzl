@@ -202,3 +202,49 @@ def runtime_python_path(runtime_repository, caller_repository):
         if repository and "../" + repository not in entries:
             entries.append("../" + repository)
     return ":".join(entries)
+
+# Bazel gives exec_properties keys with this prefix to the test action
+# alone (its "test" exec group), without the prefix: every action of the
+# target (compiling, linking, the test).
+TEST_EXEC_PREFIX = "test."
+
+def test_exec_properties(what, exec_properties, gpu_exec_properties):
+    """exec_properties of a GPU test: the caller's, and gpu_exec_properties
+    for the test action only.
+
+    Each key of gpu_exec_properties gets the `test.` prefix (a key that has
+    it keeps it), so a remote executor sends only the test action to the
+    GPU pool; building the target (and compiling kernels ahead) stays on
+    CPU executors. exec_properties are passed as given: a key without the
+    prefix applies to every action of the target.
+
+    Args:
+      what: the macro call, for messages.
+      exec_properties: the caller's exec_properties, or None; a select()
+        only when gpu_exec_properties is empty.
+      gpu_exec_properties: properties of the test action, or None.
+
+    Returns:
+      struct(value = the exec_properties to set (None: none), error =
+      None or str).
+    """
+    if is_select(gpu_exec_properties):
+        return struct(value = None, error = select_error(what, "gpu_exec_properties"))
+    if not gpu_exec_properties:
+        return struct(value = exec_properties, error = None)
+    if is_select(exec_properties):
+        return struct(value = None, error = (
+            "%s: exec_properties may not be a select() together with " +
+            "gpu_exec_properties (the macro adds their test. keys while " +
+            "the BUILD file loads); put the test. keys in the select()"
+        ) % what)
+    out = dict(exec_properties or {})
+    for key, value in gpu_exec_properties.items():
+        full = key if key.startswith(TEST_EXEC_PREFIX) else TEST_EXEC_PREFIX + key
+        if full in out and out[full] != value:
+            return struct(value = None, error = (
+                "%s: exec_properties[%r] is %r and gpu_exec_properties " +
+                "gives %r: give the test action's key once"
+            ) % (what, full, out[full], value))
+        out[full] = value
+    return struct(value = out, error = None)

@@ -12,6 +12,7 @@ load(
     "parse_cache_label",
     "runtime_python_path",
     "split_flags",
+    "test_exec_properties",
 )
 
 def _combine_flags_test(ctx):
@@ -147,6 +148,31 @@ def _select_test(ctx):
 
 select_test = unittest.make(_select_test)
 
+def _test_exec_properties_test(ctx):
+    env = unittest.begin(ctx)
+    what = "gpu_autotuned_test(name = \"t\")"
+
+    # Nothing for the test action: the caller's value as given.
+    asserts.equals(env, None, test_exec_properties(what, None, None).value)
+    asserts.equals(env, {"Pool": "cpu"}, test_exec_properties(what, {"Pool": "cpu"}, {}).value)
+
+    # The GPU pool for the test action only; the caller's keys as given.
+    got = test_exec_properties(what, {"OSFamily": "Linux"}, {"Pool": "gpu-h100", "test.gpus": "1"})
+    asserts.equals(env, None, got.error)
+    asserts.equals(env, {"OSFamily": "Linux", "test.Pool": "gpu-h100", "test.gpus": "1"}, got.value)
+    same = test_exec_properties(what, {"test.Pool": "gpu-h100"}, {"Pool": "gpu-h100"})
+    asserts.equals(env, {"test.Pool": "gpu-h100"}, same.value)
+
+    # Two values for the test action's key.
+    clash = test_exec_properties(what, {"test.Pool": "gpu-a100"}, {"Pool": "gpu-h100"})
+    asserts.true(env, clash.error.startswith(what + ": exec_properties[\"test.Pool\"] is \"gpu-a100\""), clash.error)
+    chosen = select({"//conditions:default": {}})
+    asserts.true(env, "may not be a select()" in test_exec_properties(what, chosen, {"Pool": "g"}).error)
+    asserts.true(env, "gpu_exec_properties may not be a select()" in test_exec_properties(what, None, chosen).error)
+    return unittest.end(env)
+
+test_exec_properties_test = unittest.make(_test_exec_properties_test)
+
 def helpers_test_suite(name):
     unittest.suite(
         name,
@@ -156,4 +182,5 @@ def helpers_test_suite(name):
         parse_cache_label_test,
         repositories_test,
         select_test,
+        test_exec_properties_test,
     )
