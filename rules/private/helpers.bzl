@@ -209,8 +209,10 @@ def runtime_python_path(runtime_repository, caller_repository):
 TEST_EXEC_PREFIX = "test."
 
 def test_exec_properties(what, exec_properties, gpu_exec_properties):
-    """exec_properties of a GPU test: the caller's, and gpu_exec_properties
-    for the test action only.
+    """exec_properties of a GPU test, gpu_exec_properties as test. keys.
+
+    The caller's exec_properties, and gpu_exec_properties for the test
+    action only.
 
     Each key of gpu_exec_properties gets the `test.` prefix (a key that has
     it keeps it), so a remote executor sends only the test action to the
