@@ -397,3 +397,28 @@ def test_verify_counts_a_triton_version_held_only_in_the_device_key(
     out = capsys.readouterr().out
     assert "2 entries tuned with Triton 2.1, running " in out, out
     assert "strict treats them as stale" in out
+
+
+def test_an_update_of_a_per_fusion_file_keeps_the_added_measurements(
+        session_factory, tmp_path):
+    """The hit came from the per-fusion directory and an update measured
+    the configs it never had: the updated entry takes the file's place
+    (the file's old entry, the one topped up, is not adopted back)."""
+    cache_dir = tmp_path / "dir"
+    cache_dir.mkdir()
+    dump = tmp_path / "cache.textproto"
+    session_factory(per_fusion_autotune_cache_dir=str(cache_dir),
+                    dump_autotune_results_to=str(dump)).finish()
+    sess = session_factory(per_fusion_autotune_cache_dir=str(cache_dir),
+                           dump_autotune_results_to=str(dump))
+    tk.run(tk.make_tuner([A, B]), 40)
+    sess.finish()
+    sess = session_factory(per_fusion_autotune_cache_dir=str(cache_dir),
+                           autotune_incumbents_from=[str(dump)])
+    tuned = tk.make_tuner([A, B, C])
+    x, y = tk.run(tuned, 40)
+    assert sess.stats.candidate_benchmarks == 2
+    [name] = os.listdir(cache_dir)
+    [stored] = codec.load_results(str(cache_dir / name), parse_all=True)
+    assert {c.config for c in stored.candidates} == {A, B, C}
+    assert tuned.lookup_config(x, y, 40, 2.0) == stored.best
