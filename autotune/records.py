@@ -190,8 +190,20 @@ def _dtype_attr_name(value):
 
 
 def _sortable(value):
+    """A config value as its identity holds it. A float is (is NaN, value):
+    NaN never equals itself (nor hashes alike, from Python 3.10), yet a
+    config with EPS=nan read back from a cache is the config the decoration
+    offers, so every NaN is one value, sorted after the numbers."""
+    if isinstance(value, float):
+        return (True, 0.0) if value != value else (False, value)
     return "tl." + _dtype_attr_name(value) if _is_triton_dtype(value) \
         else value
+
+
+def same_value(a, b):
+    """Config values as Config compares them: equal, or both NaN."""
+    return a == b or (isinstance(a, float) and isinstance(b, float)
+                      and a != a and b != b)
 
 
 def _format_param(value):

@@ -13,12 +13,23 @@ from autotune.records import Config
 from autotune.runtime import offers
 from autotune.search.space import Space
 
+import triton
+import triton.language as tl
+
 import tiny_kernels as tk
 
 pytest_plugins = ["pytester"]
 
 A, B = tk.GOOD  # BLOCK=16 (num_warps=2), BLOCK=32
 C = Config({"BLOCK": 64, "BUG": 0}, num_warps=4)
+
+
+@triton.jit
+def _eps_kernel(x, y, n, alpha, BLOCK: tl.constexpr, BUG: tl.constexpr,
+                EPS: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y + offs, tl.load(x + offs, mask=m) * alpha + 1.0, mask=m)
 
 
 def tuned_cache(session_factory, tmp_path, configs, n=40):
@@ -422,3 +433,29 @@ def test_an_update_of_a_per_fusion_file_keeps_the_added_measurements(
     [stored] = codec.load_results(str(cache_dir / name), parse_all=True)
     assert {c.config for c in stored.candidates} == {A, B, C}
     assert tuned.lookup_config(x, y, 40, 2.0) == stored.best
+
+
+def test_a_nan_config_value_is_offered_after_a_round_trip(session_factory,
+                                                          tmp_path):
+    # float("nan") never equals itself; a config holding one is the same
+    # config when it comes back from a cache file.
+    nan_a = Config({"BLOCK": 16, "BUG": 0, "EPS": float("nan")})
+    nan_b = Config({"BLOCK": 32, "BUG": 0, "EPS": float("nan")})
+    assert Config.from_params_text(nan_a.params_text) == nan_a
+    assert hash(Config.from_params_text(nan_a.params_text)) == hash(nan_a)
+    assert nan_a != nan_b and sorted([nan_b, nan_a]) == [nan_a, nan_b]
+    assert Config({"EPS": float("nan")}) != Config({"EPS": 1e-5})
+    offer = offers.Offer(lambda: [nan_a, nan_b])
+    assert offer.why_not(Config.from_params_text(nan_a.params_text)) is None
+    space = Space({"EPS": [1e-5, float("nan")]})
+    assert space.offers(Config({"EPS": float("nan")}, num_stages=2))
+    # Tuned, stored and loaded: a hit, not "no longer offered".
+    kernel = autotune.tune(_eps_kernel, [nan_a, nan_b], key=["n"])
+    dump = tmp_path / "cache.textproto"
+    sess = session_factory(dump_autotune_results_to=str(dump))
+    tk.run(kernel, 40)
+    sess.finish()
+    sess = session_factory(load_autotune_results_from=[str(dump)],
+                           require_complete_autotune_results=True)
+    tk.run(autotune.tune(_eps_kernel, [nan_a, nan_b], key=["n"]), 40)
+    assert sess.stats.hits == 1 and not sess.stats.miss_reasons

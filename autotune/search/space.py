@@ -11,7 +11,7 @@ import ast
 import itertools
 
 from autotune.errors import SpaceError
-from autotune.records import Config
+from autotune.records import Config, same_value
 
 
 
@@ -89,7 +89,7 @@ class Space:
             return False
         values = {**config.kwargs, "num_warps": config.num_warps,
                   "num_stages": config.num_stages}
-        return all(values[name] in choices
+        return all(any(same_value(values[name], c) for c in choices)
                    for name, choices in self.dimensions) and \
             self.allows(values) and config == self.config_of(values)
 
