@@ -307,3 +307,25 @@ def test_usable_durations_still_load(tmp_path, ext):
             for e in codec.load_results(path)} == {
         e.key: str(e.provenance.tuning_seconds) for e in entries}
 
+
+
+@pytest.mark.parametrize("part", ["best", "candidate"])
+def test_a_malformed_binary_entry_without_a_name_is_named_by_its_index(
+        tmp_path, capsys, part):
+    from autotune.proto import autotune_results_pb2 as pb
+    path = tmp_path / "c.pb"
+    codec.dump_results(make_entries(3), path)
+    results = pb.AutotuneResults()
+    results.ParseFromString(path.read_bytes())
+    results.ClearField("crc32")
+    broken = results.entries[1]
+    broken.ClearField("kernel")
+    broken.ClearField("signature")
+    config = broken.best if part == "best" else broken.candidates[0].config
+    config.params = "BLOCK"
+    path.write_bytes(results.SerializeToString())
+    assert tool("show", "--candidates", path) == 2
+    err = capsys.readouterr().err
+    assert "entry for kernel  []" not in err
+    assert f"{path}: entry 2 of 3 (no kernel name): " in err, err
+    assert "malformed config params 'BLOCK'" in err

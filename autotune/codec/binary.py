@@ -16,6 +16,7 @@ measured candidate (18 %), decoding best configs in bulk (6 %).
 """
 import itertools
 import operator
+import re
 import struct
 import zlib
 
@@ -54,24 +55,39 @@ def _memo_config(msg, memo):
 
 class MessageDecoder:
     """Decodes an entry's fields from its protobuf message on demand (the
-    `raw` of entries read from binary files, or through text_format)."""
+    `raw` of entries read from binary files, or through text_format).
+    `messages`: the file's entry messages in order, when known, so that an
+    entry without a kernel name is named by its place in the file."""
 
-    def __init__(self, config_memo, source="<memory>"):
+    def __init__(self, config_memo, source="<memory>", messages=None):
         self.memo = config_memo
         self.source = source
+        self.messages = messages
+
+    def describe(self, msg):
+        """How an error names the entry of `msg` (the message the entry
+        holds): its kernel and signature, or, when it has no kernel name,
+        its index in the file."""
+        if msg.kernel:
+            return f"entry for kernel {msg.kernel} [{msg.signature}]: "
+        for i, other in enumerate(self.messages or ()):
+            if other is msg:
+                return (f"entry {i + 1} of {len(self.messages)} (no kernel "
+                        "name): ")
+        return "entry with no kernel name: "
 
     def head(self, msg):
         try:
             best = _memo_config(msg.best, self.memo)
         except ValueError as e:
-            raise CacheFileError(self.source, f"entry for kernel "
-                                 f"{msg.kernel} [{msg.signature}]: {e}")
+            raise CacheFileError(self.source, f"{self.describe(msg)}{e}")
         if schema.bad_time(msg.run_time_us):
-            raise schema.time_error(self.source, _describe(msg) +
+            raise schema.time_error(self.source, self.describe(msg) +
                                     "run_time_us", msg.run_time_us)
         return best, msg.run_time_us
 
     def __call__(self, msg):
+        origin = msg
         if type(msg) is pb.EntryHead:
             msg = self.full_entry(msg)
         memo = self.memo
@@ -83,23 +99,25 @@ class MessageDecoder:
                           else "RUNTIME_ERROR", c.failure_detail)
                 for c in msg.candidates)
         except ValueError as e:
-            raise CacheFileError(self.source, f"entry for kernel {msg.kernel} "
-                                 f"[{msg.signature}]: candidate: {e}")
+            raise CacheFileError(self.source,
+                                 f"{self.describe(origin)}candidate: {e}")
         for c in cands:
             if schema.bad_time(c.run_time_us):
-                raise schema.time_error(self.source, _describe(msg) +
+                raise schema.time_error(self.source, self.describe(origin) +
                                         "candidate run_time_us",
                                         c.run_time_us)
-        return cands, self.provenance(msg)
+        return cands, self.provenance(origin)
 
     def provenance(self, msg):
+        origin = msg
         if type(msg) is pb.EntryHead:
             msg = self.full_entry(msg)
         p = msg.provenance
         for name in ("timing_spread", "tuning_seconds",
                      "default_run_time_us"):
             if schema.bad_time(getattr(p, name)):
-                raise schema.time_error(self.source, _describe(msg) + name,
+                raise schema.time_error(self.source,
+                                        self.describe(origin) + name,
                                         getattr(p, name))
         return Provenance(p.triton_version, p.torch_version, p.cuda_version,
                           p.timestamp, p.timing_spread, p.tuner,
@@ -111,16 +129,22 @@ class MessageDecoder:
         try:
             msg.ParseFromString(head.SerializeToString())
         except (pb_message.DecodeError, RuntimeError, ValueError) as e:
-            raise CacheFileError(self.source, f"entry for kernel {head.kernel} "
-                                 f"[{head.signature}]: candidates or "
-                                 f"provenance do not decode ({e})")
+            raise CacheFileError(self.source, f"{self.describe(head)}"
+                                 f"candidates or provenance do not decode "
+                                 f"({e})")
         return msg
 
 
-def _describe(msg):
-    return f"entry for kernel {msg.kernel} [{msg.signature}]: "
+# How the decoder names an entry (MessageDecoder.describe); a part
+# decoded alone (a text file's candidate lines) has no key fields, and
+# whoever holds the entry's key names it instead.
+_ENTRY_NAME = re.compile(r"^entry (for kernel [^\[]*\[[^\]]*\]|\d+ of \d+ "
+                         r"\(no kernel name\)|with no kernel name): ")
 
 
+def without_entry_name(reason):
+    """A decoder's error reason without the entry's name at its head."""
+    return _ENTRY_NAME.sub("", reason, count=1)
 
 
 def is_message_backed(entry):
@@ -145,8 +169,8 @@ _KEY_FIELDS = operator.attrgetter("device", "kernel", "fingerprint",
 def entries_from_messages(results, source):
     """Entries of an AutotuneResults (or AutotuneResultsHeads) message,
     with their best configs and the rest decoded on first use."""
-    rest = MessageDecoder({}, source)
     messages = list(results.entries)
+    rest = MessageDecoder({}, source, messages)
     # CacheKey is a tuple: built from the field tuples without its
     # Python-level __new__.
     keys = map(tuple.__new__, itertools.repeat(CacheKey),

@@ -141,13 +141,13 @@ def check_durations(entries, data, path):
         try:
             entry.provenance  # noqa: B018
         except CacheFileError as e:
-            reason = e.reason
-            prefix = "entry for kernel "
-            if reason.startswith(prefix):  # the decoder may not know the key
-                reason = reason.split("]: ", 1)[-1]
+            if not entry.key.kernel:  # the decoder named it by its index
+                raise CacheFileError(path, e.reason) from None
+            # The decoder may not know the key.
             raise CacheFileError(
                 path, f"entry for kernel {entry.key.kernel} "
-                f"[{entry.key.signature}]: {reason}") from None
+                f"[{entry.key.signature}]: "
+                f"{binary.without_entry_name(e.reason)}") from None
 
 
 def check_duplicates(entries, path):

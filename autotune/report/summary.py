@@ -13,6 +13,7 @@ head by the rule's margin; the stored times are those the selection saw
 import collections
 import re
 
+from autotune.codec import binary
 from autotune.errors import CacheFileError
 from autotune.log import printable
 from autotune.records import DEFAULT_RULE, hardware_of
@@ -130,14 +131,14 @@ def _rounded(value):
     return None if value is None else round(value, 3)
 
 
-# The codec names the entry by the fields of the message it decodes; a
-# lazily decoded part holds no key fields, so the name is blank there.
-_CODEC_ENTRY_PREFIX = re.compile(r"^entry for kernel [^\[]*\[[^\]]*\]: ")
-
-
 def entry_error(key, error):
-    """One line naming the file and the entry a CacheFileError is about."""
-    reason = _CODEC_ENTRY_PREFIX.sub("", str(error.reason))
+    """One line naming the file and the entry a CacheFileError is about
+    (the codec names an entry without a kernel name by its index)."""
+    if not key.kernel:
+        return f"{error.path}: {error.reason}"
+    # The codec names the entry by the fields of the message it decodes; a
+    # lazily decoded part holds no key fields.
+    reason = binary.without_entry_name(str(error.reason))
     return (f"{error.path}: entry {key.kernel} [{key.signature}] on "
             f"{key.device}: {reason}")
 
