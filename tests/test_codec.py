@@ -329,3 +329,20 @@ def test_a_malformed_binary_entry_without_a_name_is_named_by_its_index(
     assert "entry for kernel  []" not in err
     assert f"{path}: entry 2 of 3 (no kernel name): " in err, err
     assert "malformed config params 'BLOCK'" in err
+
+
+def test_a_malformed_text_candidate_names_its_entry(tmp_path, capsys):
+    # The candidate lines of a text entry are decoded alone, when used:
+    # the error still names the entry they belong to.
+    entries = make_entries(3)
+    path = tmp_path / "c.textproto"
+    codec.dump_results(entries, path)
+    text = path.read_text()
+    at = text.index('candidates { config { params: "') + \
+        len('candidates { config { params: "')
+    path.write_text(text[:at] + "BLOCK" + text[text.index('"', at):])
+    first = sorted(e.key for e in entries)[0]
+    assert tool("show", "--candidates", path) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: entry for kernel {first.kernel} [{first.signature}]: " \
+        "candidate: malformed config params 'BLOCK'" in err, err

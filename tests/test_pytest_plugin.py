@@ -762,16 +762,20 @@ def test_no_password_through_the_pytest_plugin(tmp_path):
     assert b"cannot split into flags" in runs[0].stderr
 
 
-def test_a_malformed_candidate_is_one_line_and_the_run_stands(project):
+@pytest.mark.parametrize("update", [False, True])
+def test_a_malformed_candidate_is_one_line_and_the_run_stands(project,
+                                                              update):
     """A candidate whose config does not decode: the tests pass with the
     fusion's config (the best config decodes), and the summary names the
-    file and the entry in one line, without changing the exit status."""
+    file and the entry in one line, without changing the exit status; an
+    update ends as well (the entry is tuned again or kept)."""
     cache = project.path / CACHE
     text = cache.read_text()
     first = text.index('candidates { config { params: "BLOCK=16"')
     cache.write_text(text[:first] + text[first:].replace(
         'params: "BLOCK=16"', 'params: "BLOCK"', 1))
-    result = run_pytest(project, *PLUGIN)
+    result = run_pytest(project, *PLUGIN,
+                        *(["--autotune-update"] if update else []))
     assert result.returncode == 0, result.output
     assert outcomes(result) == {"passed": 4}, result.output
     assert "Traceback" not in result.output

@@ -30,7 +30,8 @@ from google.protobuf import text_encoding
 from google.protobuf import text_format
 
 from autotune.codec import schema
-from autotune.codec.binary import MessageDecoder, entries_from_messages
+from autotune.codec.binary import (MessageDecoder, entries_from_messages,
+                                   without_entry_name)
 from autotune.codec.columns import KEY_OF, RAW_OF, column
 from autotune.errors import CacheFileError
 from autotune.proto import autotune_results_pb2 as pb
@@ -470,6 +471,16 @@ class _TextRestDecoder:
         # ids of the rests found well formed (they live as long as their
         # entries, which hold them; the decoder makes no new ones).
         self.checked = set()
+        # The file's entries, to name the one whose lines do not decode.
+        self.entries = ()
+
+    def _name(self, rest):
+        """How an error names the entry whose lines `rest` are."""
+        for entry in self.entries:
+            if entry.raw is not None and entry.raw[1] is rest:
+                return (f"entry for kernel {entry.key.kernel} "
+                        f"[{entry.key.signature}]: ")
+        return ""
 
     def well_formed(self, rest):
         """Whether an entry's candidate and provenance lines are as the
@@ -497,9 +508,14 @@ class _TextRestDecoder:
         try:
             text_format.Parse("\n".join(lines + [prov_line or ""]), msg)
         except text_format.ParseError as e:
-            raise CacheFileError(self.source,
-                                 f"bad candidate or provenance: {e}")
-        return MessageDecoder(self.memo, self.source)(msg)
+            raise CacheFileError(self.source, f"{self._name(rest)}bad "
+                                 f"candidate or provenance: {e}") from None
+        try:
+            return MessageDecoder(self.memo, self.source)(msg)
+        except CacheFileError as e:
+            # The lines alone hold no key fields: the entry is named here.
+            raise CacheFileError(self.source, self._name(rest) +
+                                 without_entry_name(e.reason)) from None
 
     def provenance(self, rest):
         """The provenance alone: the canonical layout puts it on the last
@@ -610,6 +626,7 @@ def _parse_text_fast(text, source, trusted=False):
     entries = [Entry(key, best, run_time, decode=(rest_decoder, rest))
                for key, best, run_time, rest in zip(
                    keys, bests, run_times, map(_COLUMN[7], lines))]
+    rest_decoder.entries = entries
     return state["version"] or 0, state["entry_count"], entries
 
 
@@ -666,6 +683,7 @@ def _parse_blocks(blocks, state, source, rest_lines, n_lines, trusted):
         entries.append(Entry(key, best, run_time, decode=(rest_decoder, rest)))
     if not trusted and n_lines != head_lines + rest_lines:
         raise _NotCanonical()
+    rest_decoder.entries = entries
     return state["version"] or 0, state["entry_count"], entries
 
 
