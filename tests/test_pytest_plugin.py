@@ -767,8 +767,9 @@ def test_a_malformed_candidate_is_one_line_and_the_run_stands(project,
                                                               update):
     """A candidate whose config does not decode: the tests pass with the
     fusion's config (the best config decodes), and the summary names the
-    file and the entry in one line, without changing the exit status; an
-    update ends as well (the entry is tuned again or kept)."""
+    file and the entry in one line, without changing the exit status. An
+    update measures that fusion again (its entry could not be written
+    back) and writes a cache that decodes."""
     cache = project.path / CACHE
     text = cache.read_text()
     first = text.index('candidates { config { params: "BLOCK=16"')
@@ -779,6 +780,13 @@ def test_a_malformed_candidate_is_one_line_and_the_run_stands(project,
     assert result.returncode == 0, result.output
     assert outcomes(result) == {"passed": 4}, result.output
     assert "Traceback" not in result.output
+    if update:
+        assert "2 hits, 1 tuned" in result.output
+        assert "left untouched" not in result.output
+        assert "bad entry" not in result.output
+        entries = codec.load_results(str(cache), parse_all=True)
+        assert len(entries) == 3 and all(e.candidates for e in entries)
+        return
     lines = [l for l in result.output.splitlines() if "bad entry" in l]
     assert len(lines) == 1, result.output
     assert re.match(

@@ -25,6 +25,7 @@ with a run's results, used by the dump at exit
 from typing import NamedTuple
 
 from autotune.cache import merge
+from autotune.errors import CacheFileError
 from autotune.records import hardware_of, major_minor
 
 
@@ -40,6 +41,18 @@ def fusion_of(key):
     """What a newer entry replaces: one fusion on one device, any kernel
     fingerprint, any version the device key names."""
     return hardware_of(key.device), key.kernel, key.signature
+
+
+def undecodable(entry):
+    """Why the entry's stored candidates or provenance do not decode (a
+    CacheFileError), or None when they do: such an entry cannot be written
+    back, so an update replaces it with the run's and never keeps it."""
+    try:
+        entry.candidates  # noqa: B018
+        entry.provenance  # noqa: B018
+    except CacheFileError as e:
+        return e
+    return None
 
 
 def _measured_more(entry, previous):
@@ -72,7 +85,8 @@ def update(old_entries, runs, prune_devices=()):
         # the run measured configs it never did (configs added to the
         # decoration's list: their times join it, and the next update
         # finds nothing left to measure).
-        keep = previous is not None and previous.best == entry.best and \
+        keep = previous is not None and undecodable(previous) is None and \
+            previous.best == entry.best and \
             not _measured_more(entry, previous) and \
             _versions(previous) == _versions(entry)
         entries.append(previous if keep else entry)

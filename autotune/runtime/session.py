@@ -110,8 +110,9 @@ KERNEL_CHANGED = "kernel changed"
 OTHER_DEVICE = "other device"
 OTHER_VERSION = "other version"
 KEY_FORMAT_CHANGE = "key-format change"
+UNREADABLE = "stored candidates unreadable"
 MISS_REASONS = (MISSING, KERNEL_CHANGED, offers.NOT_OFFERED, OTHER_DEVICE,
-                OTHER_VERSION, KEY_FORMAT_CHANGE)
+                OTHER_VERSION, KEY_FORMAT_CHANGE, UNREADABLE)
 
 _DEVICE_TRITON = re.compile(r"/triton-[^/]*$")
 VERSION_COMPONENTS = (("Triton", "triton_version"),
@@ -384,6 +385,14 @@ class Session:
         why = offer.why_not(entry.best) if offer is not None else None
         if why is not None:
             return offers.NOT_OFFERED, why
+        if self._updating(entry.key):
+            # An update writes what it uses: an entry whose stored
+            # candidates do not decode could not be written back (a load
+            # uses its winner, and the report names it).
+            problem = cache_update.undecodable(entry)
+            if problem is not None:
+                return UNREADABLE, (f"its stored candidates do not decode "
+                                    f"({problem}); measured again")
         if self.options.autotune_version_match == "strict":
             drift = self._drift(entry)
             if drift is not None:
@@ -523,7 +532,8 @@ class Session:
             self.stats.incumbents_replaced += 1
             return entry
         self.stats.incumbents_kept += 1
-        return incumbent if incumbent.key == key else entry
+        return incumbent if incumbent.key == key and \
+            cache_update.undecodable(incumbent) is None else entry
 
     def _rank(self):
         """This process's rank when it is one of a torch.distributed job
