@@ -88,6 +88,26 @@ def test_rekey_of_a_process_substitution_is_one_line(tmp_path):
     assert "1 re-keyed, 0 left (dry run, nothing written)" in proc.stdout
 
 
+def test_rekey_of_stdin_is_one_line_and_writes_no_file_named_dash(tmp_path):
+    cache = _old_cache(tmp_path)
+
+    def rekey(*flags):
+        return subprocess.run(
+            _tool("rekey", *flags, "-", "--kernel_module", "rk_kernels"),
+            cwd=tmp_path, stdin=open(cache), text=True, capture_output=True,
+            timeout=120, env=dict(os.environ, TRITON_INTERPRET="1",
+                                  PYTHONPATH=os.pathsep.join(
+                                      [ROOT, HERE, str(tmp_path)])))
+    line = _one_error_line(rekey())
+    assert "-: standard input" in line and "nothing written" in line, line
+    assert not (tmp_path / "-").exists()
+    # --dry-run writes nothing: it may read standard input.
+    proc = rekey("--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "1 re-keyed, 0 left (dry run, nothing written)" in proc.stdout
+    assert not (tmp_path / "-").exists()
+
+
 @pytest.mark.parametrize("body,shown", [
     ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
     ("raise KeyboardInterrupt('stop \\x1b[2J here')\n",

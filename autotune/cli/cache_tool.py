@@ -490,6 +490,13 @@ def cmd_rekey(args):
                         f"{', '.join(sorted(tuners)) or 'none'})")
     plans = []
     for path in args.paths:  # every file is read before any is written
+        if path == "-" and not args.dry_run:
+            # Read from standard input, rewritten "in place" it would be a
+            # new file named "-".
+            raise ToolError("-: standard input cannot be rewritten in place; "
+                            "rekey rewrites its files: save the cache to a "
+                            "file first (or look with --dry-run); nothing "
+                            "written")
         if os.path.isdir(path) or "://" in path:
             raise ToolError(f"{path}: rekey rewrites results files; convert "
                             "a directory or a remote namespace to a file "
