@@ -198,3 +198,52 @@ def test_only_a_fusion_both_sides_changed_goes_to_the_merge_rule():
     assert [e.best for e in merged] == [Config({"BLOCK": 32}),
                                         Config({"BLOCK": 32})]
     assert len(conflicts) == 1 and dropped == []
+
+
+def test_a_side_holding_conflict_markers_says_so(tmp_path):
+    # A merge made before the driver was set up left git's conflict
+    # markers in the file, and they were committed; a later merge through
+    # the driver meets them on one side.
+    repo, path = make_repo(tmp_path, "k.textproto", BASE, driver=False)
+    commit_on(repo, path, "ours", [entry(1, 32, 9.0), *BASE[1:]])
+    commit_on(repo, path, "theirs", [entry(1, 64, 5.0), *BASE[1:]])
+    git(repo, "checkout", "-q", "ours")
+    git(repo, "merge", "--no-edit", "theirs", check=False)
+    assert "<<<<<<< " in path.read_text()
+    git(repo, "commit", "-q", "-am", "merged, markers and all")
+    marked = path.read_bytes()
+    base, ours = tmp_path / "O", tmp_path / "A"
+    base.write_bytes(codec.encode(BASE, "x.textproto"))
+    ours.write_bytes(codec.encode([entry(2, 32, 9.0), BASE[0], BASE[2]],
+                                  "x.textproto"))
+    theirs = tmp_path / "B"
+    theirs.write_bytes(marked)
+    result = run_driver(base, ours, theirs, "testdata/k.textproto")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "theirs version of testdata/k.textproto" in lines[0]
+    assert "protobuf decode failed" not in lines[0]
+    assert "git conflict markers" in lines[0]
+    assert "docs/cache-tool.md#git-merges" in lines[0]
+    # The same file read by the cache tool, under its own name.
+    tool = subprocess.run(
+        [sys.executable, "-m", "autotune.cli.cache_tool", "show", str(path)],
+        cwd=ROOT, capture_output=True, text=True)
+    assert tool.returncode == 2 and "git conflict markers" in tool.stderr
+
+
+def test_conflict_markers_at_the_top_are_not_called_binary(tmp_path):
+    # git's temporary files have no extension: the content is sniffed, and
+    # a marker on the first line does not look like text.
+    text = codec.encode(BASE, "x.textproto").decode()
+    other = codec.encode(BASE[:1], "x.textproto").decode()
+    theirs = tmp_path / "B"
+    theirs.write_text(f"<<<<<<< HEAD\n{text}=======\n{other}>>>>>>> theirs\n")
+    base, ours = tmp_path / "O", tmp_path / "A"
+    base.write_bytes(codec.encode(BASE, "x.textproto"))
+    ours.write_bytes(codec.encode(BASE, "x.textproto"))
+    result = run_driver(base, ours, theirs, "testdata/k.textproto")
+    assert result.returncode == 2
+    assert "not a binary" not in result.stderr
+    assert "holds git conflict markers (line 1)" in result.stderr

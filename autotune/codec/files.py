@@ -71,10 +71,38 @@ def crc_matches(data):
         return False
 
 
+# git's conflict markers, at the start of a line (a merge without the
+# cache's merge driver leaves them in a text cache).
+_CONFLICT_MARKER = re.compile(rb"^(<<<<<<<|>>>>>>>)(?: |$)", re.M)
+
+
+def conflict_marker_line(data):
+    """The line number of the first git conflict marker in `data`, or
+    None when there is none."""
+    match = _CONFLICT_MARKER.search(data)
+    return None if match is None else data.count(b"\n", 0, match.start()) + 1
+
+
 def decode(data, path, parse_all=False, check_crc=False):
     """Entries of a results file's bytes. parse_all: parse all of a binary
     file now instead of leaving candidates and provenance for their first
     use. check_crc: check a binary file's crc32 (parse_all does too)."""
+    try:
+        return _decode(data, path, parse_all, check_crc)
+    except CacheFileError:
+        # Looked for only when the file does not decode: a valid cache
+        # holds no such line.
+        line = conflict_marker_line(data)
+        if line is None:
+            raise
+        raise CacheFileError(
+            path, f"holds git conflict markers (line {line}): a git merge "
+            "without the cache's merge driver left them; set the driver up "
+            "(docs/cache-tool.md#git-merges) and merge again, or take one "
+            "side and regenerate") from None
+
+
+def _decode(data, path, parse_all=False, check_crc=False):
     with no_gc():
         if text.is_text_path(path):
             try:
