@@ -662,6 +662,14 @@ class AutotunePlugin:
         if self.settings.prune and self.narrowed:
             self.result["prune_refused"] = ("not a full run: "
                                             + "; ".join(self.narrowed))
+        if not prune and not self.narrowed:
+            # Kept on the devices this run ran on, though no test used
+            # them (a shape no test calls any more): said, with the flag
+            # that drops them.
+            self.result["unused"] = [
+                _describe(e.key) for e in sorted(updated.kept,
+                                                 key=lambda e: e.key)
+                if e.key.device in devices]
         new = updated.entries
         diff = cache_tool.Diff(old, new)
         self.diff = diff
@@ -749,14 +757,25 @@ class AutotunePlugin:
         if "prune_refused" in r:
             tr.write_line(f"autotune: --autotune-prune-unused ignored, "
                           f"{r['prune_refused']}")
+        unused = r.get("unused") or []
+        if unused:
+            named = "; ".join(f"{u['kernel']} [{u['signature']}]"
+                              for u in unused[:5])
+            more = f"; and {len(unused) - 5} more" if len(unused) > 5 else ""
+            tr.write_line(f"autotune: {len(unused)} entr"
+                          f"{'y' if len(unused) == 1 else 'ies'} no test of "
+                          f"this run used kept in {cache}: {named}{more}; "
+                          "`pytest --autotune-update --autotune-prune-unused` "
+                          "on a full run drops them")
         diff = getattr(self, "diff", None)
         if diff is not None:
             # By fusion, as regenerate says it: an edited kernel's fusions
             # are re-tuned, and a changed winner is compared with the old
             # one measured in this run when it was.
             from autotune.report import summary
-            changes = summary.CacheChanges(list(diff.old.values()),
-                                           list(diff.new.values()))
+            changes = summary.CacheChanges(
+                list(diff.old.values()), list(diff.new.values()),
+                not_offered=summary.not_offered_fusions(self._fusions))
             tr.write_line(f"autotune: {cache}: {r['entries']} entries; "
                           f"{changes.headline()}")
             for line in changes.lines(limit=20):
@@ -770,33 +789,43 @@ class AutotunePlugin:
 class TerminalProgress(logging.Handler):
     """The `autotune` logger's lines (a fusion's tuning starting and
     ending, each candidate with --autotune_verbosity=verbose, a wait for
-    the device) on the terminal while pytest captures a test's output:
+    the device; when the output is no terminal, the waits alone) on
+    pytest's output while pytest captures a test's output:
     written through the terminal reporter with capture suspended, as
     pytest's live logging does. When nothing is captured (-s) the logger's
     own handler reaches the terminal, and this one stays silent."""
 
-    def __init__(self, reporter, capture):
+    # A wait for the device (measure/device_lock.py): shown in a CI log
+    # too, where a job waiting minutes for another's tuning would else
+    # print nothing.
+    WAIT_LINES = ("autotune: waiting for ", "autotune: still waiting for ")
+
+    def __init__(self, reporter, capture, waits_only=False):
         super().__init__(logging.INFO)
         self.reporter = reporter
         self.capture = capture
+        self.waits_only = waits_only
 
     @classmethod
     def for_config(cls, config):
-        """A handler when pytest writes to a terminal and was not asked to
-        be quiet (-q); else None."""
+        """A handler unless pytest was asked to be quiet (-q): every line
+        on a terminal, only the waits for the device elsewhere; else
+        None."""
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         capture = config.pluginmanager.get_plugin("capturemanager")
         if reporter is None or capture is None or \
-                config.get_verbosity() < 0 or \
-                not getattr(reporter, "isatty", False):
+                config.get_verbosity() < 0:
             return None
-        return cls(reporter, capture)
+        return cls(reporter, capture,
+                   waits_only=not getattr(reporter, "isatty", False))
 
     def emit(self, record):
         if not self.capture.is_capturing():
             return
         try:
             text = redact_text(record.getMessage())
+            if self.waits_only and not text.startswith(self.WAIT_LINES):
+                return
             with self.capture.global_and_fixture_disabled():
                 self.reporter.write_line(text)
         except Exception:  # noqa: BLE001 -- logging's own convention

@@ -12,9 +12,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # caller's shell must not leak into them.
 os.environ.pop("AUTOTUNE_FLAGS", None)
 
-# A private device lock and slot directory for this run: the host-wide one
-# (/tmp/rules_autotune-locks) is shared with every other user of the
-# machine, and a test waiting there for someone else's tuning would time
+# A private device lock and slot directory for this run: the default one
+# (/tmp/rules_autotune-locks-UID) is shared with every other run of this
+# user on the machine, and a test waiting there for someone else's tuning would time
 # out. Every process the tests start inherits it (pytest-xdist workers
 # keep their controller's; the Bazel runs get it through
 # tools/run_example_suite.py). A test about sharing a lock sets its own.

@@ -201,6 +201,16 @@ def format_time(us):
     return f"{us / 1000.0:.3f} ms" if us < 1e6 else f"{us / 1e6:.3f} s"
 
 
+NOT_OFFERED_REASON = "config no longer offered"  # runtime/offers.py
+
+
+def not_offered_fusions(records):
+    """(device, kernel, signature) of the fusion records (fusion_record)
+    tuned because the cached winner was no longer offered."""
+    return {(r["device"], r["kernel"], r["signature"]) for r in records
+            if r.get("miss_reason") == NOT_OFFERED_REASON}
+
+
 def winner_change(old, new):
     """The new winner of a fusion against the old one: measured in the same
     run when the new entry's candidates hold the old winner (the incumbent
@@ -283,8 +293,12 @@ class CacheChanges:
     removed, winner changed, and re-tuned (a new kernel fingerprint or key
     version, the same winner). Lists in natural order."""
 
-    def __init__(self, old, new):
+    def __init__(self, old, new, not_offered=()):
+        """not_offered: (device, kernel, signature) of the new entries whose
+        fusion the run re-tuned because the old winner was no longer
+        offered (a fusion record's miss_reason NOT_OFFERED)."""
         self.old, self.new = pair_fusions(old, new)
+        self.not_offered = set(not_offered)
         both = self.old.keys() & self.new.keys()
         order = fusion_sort_key
         self.added = sorted(self.new.keys() - self.old.keys(), key=order)
@@ -317,7 +331,17 @@ class CacheChanges:
         return line
 
     def change(self, fusion):
-        return winner_change(self.old[fusion], self.new[fusion])
+        old, new = self.old[fusion], self.new[fusion]
+        if (new.key.device, new.key.kernel, new.key.signature) in \
+                self.not_offered:
+            # No regression: the old winner could not run any more.
+            return {"pct": None, "same_run": False, "old_now_us": None,
+                    "old_stored_us": old.run_time_us,
+                    "new_us": new.run_time_us,
+                    "text": "the old winner is no longer offered (new "
+                            f"{format_time(new.run_time_us)}; old "
+                            f"{format_time(old.run_time_us)} stored then)"}
+        return winner_change(old, new)
 
     def lines(self, limit=None):
         """One line per added, removed, changed and re-tuned fusion; past
