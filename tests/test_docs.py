@@ -532,3 +532,26 @@ def test_no_page_says_an_upgrade_keeps_the_device_key():
             assert wrong not in text, (
                 f"{os.path.relpath(path, ROOT)}: '{wrong}': a Triton upgrade "
                 "changes the device key (it holds the Triton version)")
+
+
+def test_every_ini_key_of_the_plugin_is_in_pytests_table():
+    import pytest_autotune
+    table = [line for line in _read(os.path.join(DOCS, "pytest.md")).splitlines()
+             if line.startswith("|")]
+    missing = [key for key in pytest_autotune.INI_KEYS
+               if not any(f"`{key}" in line for line in table)]
+    assert not missing, f"docs/pytest.md: the ini key table lacks {missing}"
+
+
+def test_the_default_lock_directory_is_the_codes():
+    from autotune.measure import device_lock
+    default = device_lock.DEFAULT_LOCK_DIR.replace(str(os.getuid()), "UID")
+    for path in markdown_files():
+        for found in re.findall(r"/tmp/rules_autotune-locks[\w-]*",
+                                _read(path)):
+            assert found == default, (
+                f"{os.path.relpath(path, ROOT)}: {found}; the default lock "
+                f"directory is {default}")
+    for page in ("pytest.md", "getting-started.md"):
+        text = _read(os.path.join(DOCS, page))
+        assert "AUTOTUNE_LOCK_DIR" in text and "one lock" in text, page
