@@ -64,12 +64,13 @@ class Transcript:
     def __init__(self):
         self.lines = []
 
-    def run(self, cwd, argv, ws):
+    def run(self, cwd, argv, ws, env=None):
         start = time.perf_counter()
         # The tests get this run's private lock directory (shown as typed).
         ran = [argv[0]] + suite.lock_dir_args(argv[1:]) \
             if argv[0] == BAZEL else argv
-        result = subprocess.run(ran, cwd=cwd, text=True, capture_output=True)
+        result = subprocess.run(ran, cwd=cwd, text=True, capture_output=True,
+                                env=env)
         wall = time.perf_counter() - start
         where = os.path.relpath(cwd, ws)
         shown = " ".join("bazel" if a == BAZEL else "python3"
@@ -305,6 +306,49 @@ def test_regenerate_takes_a_config_of_test_lines(smoke):
     t.note(line)
     with open(os.path.join(ws, RANKS_CACHE), "rb") as f:
         assert f.read() == ranks_before
+
+
+def test_a_cached_pass_reruns_when_the_runner_stamp_changes(smoke,
+                                                           tmp_path):
+    """The workspace's .bazelrc passes AUTOTUNE_RUNNER_STAMP to the tests
+    (--test_env): a cached pass stands while the stamp stays, and the test
+    runs again when the stamp's Triton version changes, as after an
+    upgrade (here the stamp alone changes: the test then fails saying the
+    stamp does not describe the runner). Back to the first stamp, the
+    first result comes from the shared (disk) cache, as another runner
+    with that stamp would find it in a remote cache."""
+    repo, ws, t = smoke
+    target = "//:kernels_sh_test"
+    printed = t.run(ws, [sys.executable, os.path.join(
+        repo, "tools", "runner_stamp.py")], ws)
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    runner = printed.stdout.strip()
+    upgraded = re.sub(r"(^|;)triton=[^;]*", r"\1triton=9.9.0", runner)
+    assert upgraded != runner, runner
+
+    def test_with(value):
+        env = dict(os.environ, AUTOTUNE_RUNNER_STAMP=value)
+        # yes, not auto: auto runs a test again after it failed, whatever
+        # the cache holds.
+        result = t.run(ws, [BAZEL, "test", f"--disk_cache={tmp_path}",
+                            "--cache_test_results=yes", target], ws, env=env)
+        line = [x for x in (result.stdout + result.stderr).splitlines()
+                if x.startswith(target + " ")]
+        assert line, result.stderr[-3000:]
+        t.note(f"AUTOTUNE_RUNNER_STAMP=...{value[-40:]}: "
+               + " ".join(line[0].split()))
+        return result.returncode, line[0]
+
+    code, line = test_with(runner)
+    assert code == 0 and "PASSED" in line, line
+    code, line = test_with(runner)
+    assert code == 0 and "(cached) PASSED" in line, line
+    code, line = test_with(upgraded)
+    assert code != 0 and "(cached)" not in line and "FAILED" in line, line
+    assert "AUTOTUNE_RUNNER_STAMP says triton=9.9.0, but this test runs " \
+        "with triton=" in log(ws, target), log(ws, target)[-3000:]
+    code, line = test_with(runner)
+    assert code == 0 and "(cached) PASSED" in line, line
 
 
 def _bare_python(path):

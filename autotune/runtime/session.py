@@ -19,7 +19,7 @@ import threading
 
 from autotune import log as logs
 from autotune import codec, flags
-from autotune.measure import backends, device_lock
+from autotune.measure import backends, device_lock, stamp
 from autotune.runtime import distributed, offers
 from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
@@ -167,6 +167,7 @@ class Session:
         self.device_key = self.backend.device_key()
         self.versions = self.backend.versions()
         self._check_expected_gpu()
+        self._check_runner_stamp()
         per_fusion = None
         if self.options.per_fusion_autotune_cache_dir:
             per_fusion = PerFusionDirectory(
@@ -230,6 +231,20 @@ class Session:
             log.warning(f"autotune: warning: {', '.join(given)} given "
                         "without --autotune_remote_cache: this run has no "
                         "remote cache")
+
+    def _check_runner_stamp(self):
+        """A stamp that does not describe this runner is an error (it keys
+        the test's cached result: autotune/measure/stamp.py); a GPU test
+        under Bazel without one is told, once, that an upgrade leaves its
+        cached pass standing."""
+        if stamp.check(self.backend):
+            return
+        if self.backend.name == "gpu" and os.environ.get("TEST_TARGET"):
+            log.warning(
+                f"autotune: note: {stamp.STAMP_ENV} is not set: Bazel's "
+                "cached result of this test does not depend on the "
+                "installed Triton, torch or driver (see "
+                f"{stamp.DOCS})")
 
     def _check_expected_gpu(self):
         want = self.options.autotune_expected_gpu

@@ -1,0 +1,89 @@
+"""The runner stamp (AUTOTUNE_RUNNER_STAMP): what the runner exports, how
+a test reads it, and the one line a stamp that does not describe the
+runner gives. (tests/test_e2e_smoke.py: a cached Bazel test re-runs when
+the stamp's Triton version changes.)"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.measure import backends, stamp
+
+from tests_support import environment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def backend():
+    return backends.InterpreterBackend()
+
+
+def test_the_stamp_names_the_device_key_and_the_versions(backend):
+    fields = stamp.parse(stamp.current(backend))
+    import torch
+    import triton
+    assert fields["device"] == backend.device_key()
+    assert fields["triton"] == triton.__version__
+    assert fields["torch"] == torch.__version__
+    assert list(fields)[:4] == list(stamp.CHECKED)
+    assert stamp.check(backend, {stamp.STAMP_ENV: stamp.current(backend)}) \
+        == fields
+
+
+def test_a_stamp_of_another_triton_is_one_line_naming_the_field(backend):
+    fields = stamp.parse(stamp.current(backend))
+    fields["triton"] = "9.9.0"
+    with pytest.raises(AutotuneError) as e:
+        stamp.check(backend, {stamp.STAMP_ENV: stamp.format_stamp(fields)})
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"AUTOTUNE_RUNNER_STAMP says triton=9.9.0, but this test runs with "
+        f"triton={fields['device'].rpartition('-')[2]}")
+    assert "tools/runner_stamp.py" in message and stamp.DOCS in message
+
+
+def test_the_runners_own_fields_and_the_driver_only_key_the_action(backend):
+    text = stamp.current(backend) + ";driver=550.54;image=sha256:ab12"
+    assert stamp.check(backend, {stamp.STAMP_ENV: text})["image"] == \
+        "sha256:ab12"
+    # Without a stamp nothing is checked.
+    assert stamp.check(backend, {}) == {}
+    assert stamp.check(backend, {stamp.STAMP_ENV: " "}) == {}
+
+
+def test_a_malformed_stamp_names_the_variable_and_the_part():
+    with pytest.raises(AutotuneError) as e:
+        stamp.parse("triton=3.9.0;oops")
+    assert str(e.value).startswith(
+        "AUTOTUNE_RUNNER_STAMP='triton=3.9.0;oops': 'oops' is not NAME=VALUE")
+
+
+def test_a_session_refuses_a_stamp_that_does_not_describe_the_runner(
+        monkeypatch, session_factory, backend):
+    fields = stamp.parse(stamp.current(backend))
+    monkeypatch.setenv(stamp.STAMP_ENV, stamp.format_stamp(
+        dict(fields, torch="1.0.0")))
+    with pytest.raises(AutotuneError, match="says torch=1.0.0"):
+        session_factory()
+    monkeypatch.setenv(stamp.STAMP_ENV, stamp.format_stamp(fields))
+    assert session_factory().device_key == fields["device"]
+
+
+def test_the_tool_prints_what_a_test_accepts(tmp_path):
+    env = environment()
+    result = subprocess.run([sys.executable, os.path.join(
+        ROOT, "tools", "runner_stamp.py")], capture_output=True, text=True,
+        env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout.strip()
+    assert printed.startswith("device=cpu/triton-interpreter/triton-")
+    code = "import autotune; autotune.configure(); print('ok')"
+    check = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True,
+        check=False,
+        env=dict(env, AUTOTUNE_RUNNER_STAMP=printed))
+    assert check.stdout.strip() == "ok", check.stderr
