@@ -141,6 +141,13 @@ def test_prune_and_verify_stale_kernels(tmp_path, capsys):
     assert tool("verify", pruned, *module) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
 
+    # Without the kernels verify cannot see the stale entry, and says so.
+    capsys.readouterr()
+    assert tool("verify", src) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "verify: ok; kernel fingerprints and offered configs not checked (no "
+        "--kernel_module: entries of an edited kernel are not found stale)")
+
 
 _CONSOLE_SCRIPT = """\
 import sys

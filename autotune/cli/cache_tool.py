@@ -334,14 +334,24 @@ def offer_findings(entry, tuner):
     return None, len(offer.unmeasured(entry))
 
 
-def verify_verdict(stale, outdated, other, unmeasured=0):
-    """verify's last line: what it found and the command that fixes it."""
+# What verify cannot tell without the kernels: said in its verdict.
+NOT_CHECKED = ("; kernel fingerprints and offered configs not checked (no "
+               "--kernel_module: entries of an edited kernel are not found "
+               "stale)")
+
+
+def verify_verdict(stale, outdated, other, unmeasured=0,
+                   kernels_checked=True):
+    """verify's last line: what it found and the command that fixes it,
+    and what it did not check."""
     found = [f"{n} {what}" for n, what in ((stale, "stale"),
                                            (outdated, "of an old key version"),
                                            (other, "unreadable"))
              if n]
     note = (f" ({unmeasured} offered config(s) never measured: an update "
             "measures them)" if unmeasured else "")
+    if not kernels_checked:
+        note += NOT_CHECKED
     if not found:
         return "verify: ok" + note
     fix = ("regenerate with `bazel run @rules_autotune//tools:regenerate` "
@@ -416,7 +426,7 @@ def cmd_verify(args):
     if bad:
         return 2
     print(verify_verdict(stale, outdated, findings - stale - outdated,
-                         unmeasured))
+                         unmeasured, kernels_checked=known is not None))
     return 1 if findings else 0
 
 
