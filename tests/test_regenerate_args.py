@@ -214,3 +214,31 @@ def test_under_bazel_run_the_calling_output_base_is_kept(tmp_path):
                                           str(script)) == []
     assert regenerate.calling_output_base(
         str(ws), env, os.path.join(regenerate.ROOT, "x.py")) == []
+
+
+def test_the_dashes_of_the_bazel_run_form_are_understood(workspace, capsys):
+    """`python3 tools/regenerate.py -- --retune`: --retune is regenerate's
+    option (said in a note), not a target pattern for bazel query; a
+    pattern after `--` stays a pattern."""
+    _, run = workspace
+    code, calls = run("--", "--retune", "//...")
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "regenerate: note: --retune after `--` read as regenerate's " \
+        "option(s)" in err
+    for query in args_of(calls, "query"):
+        assert "--retune" not in " ".join(query), query
+    (test,) = args_of(calls, "test")
+    assert "--test_env=AUTOTUNE_RETUNE=1" in test, test
+    assert "re-measuring every fusion" in err
+    assert regenerate._options_after_dashes(
+        argparse_parser(), ["--", "--workspace", "/w", "//x"]) == \
+        ["--workspace", "/w", "--", "//x"]
+
+
+def argparse_parser():
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("patterns", nargs="*")
+    parser.add_argument("--workspace")
+    return parser

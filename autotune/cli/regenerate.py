@@ -582,6 +582,8 @@ def main(argv=None):
                         "configs as incumbents (a new GPU, driver or Triton "
                         "version); default: tune only fusions missing or "
                         "stale in the cache")
+    argv = _options_after_dashes(parser, sys.argv[1:] if argv is None
+                                 else list(argv))
     args = parser.parse_args(argv)
     # Under `bazel run`, the current directory is the runfiles tree; Bazel
     # says where it was called from.
@@ -631,6 +633,35 @@ def main(argv=None):
     finally:
         remove_placeholders([p for p in placeholders
                              if p not in regenerated])
+
+
+def _options_after_dashes(parser, argv):
+    """`regenerate.py -- --retune`, the `--` copied from the `bazel run`
+    form (where bazel takes it away): regenerate's own options after it
+    are read as options, with a note, instead of as target patterns for
+    bazel query; what else follows it stays a pattern."""
+    if "--" not in argv:
+        return argv
+    cut = argv.index("--")
+    before, after = argv[:cut], argv[cut + 1:]
+    options, patterns = [], []
+    rest = iter(after)
+    for arg in rest:
+        action = parser._option_string_actions.get(arg.split("=", 1)[0])
+        if action is None or not arg.startswith("--"):
+            patterns.append(arg)
+            continue
+        options.append(arg)
+        if action.nargs != 0 and "=" not in arg:  # --workspace DIR
+            value = next(rest, None)
+            if value is not None:
+                options.append(value)
+    if options:
+        print("regenerate: note: " + " ".join(options) + " after `--` read "
+              "as regenerate's option(s); `--` belongs to the `bazel run "
+              "@rules_autotune//tools:regenerate -- ...` form only",
+              file=sys.stderr)
+    return before + options + (["--"] + patterns if patterns else [])
 
 
 def create_placeholders(targets, workspace):
