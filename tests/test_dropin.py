@@ -210,3 +210,33 @@ def test_kernel_decorated_before_the_interpreter_was_selected(tmp_path):
         "interpreter" in result.stdout, result.stdout + result.stderr
     assert "import autotune before the module that defines the kernel" in \
         result.stdout
+
+
+@pytest.mark.parametrize("flags, code, line", [
+    # A Bazel test (TEST_TARGET) whose cache does not exist yet.
+    ("--load_autotune_results_from={missing}", 1,
+     "autotune: autotune cache {missing} does not exist yet: create it with "
+     "`bazel run @rules_autotune//tools:regenerate`, then commit it"),
+    ("--help", 0, None),
+])
+def test_an_exit_at_import_through_the_drop_in_is_its_line_alone(
+        tmp_path, flags, code, line):
+    """The package exits at import with one line (or the flag list): run
+    from the drop-in's sitecustomize, no "Fatal Python error:
+    init_import_site" and no traceback follow."""
+    missing = str(tmp_path / "testdata" / "k.textproto")
+    env = dict(os.environ, TEST_TARGET="//:k_test",
+               AUTOTUNE_FLAGS=flags.format(missing=missing),
+               PYTHONPATH=os.pathsep.join(
+                   [os.path.join(ROOT, "autotune", "dropin"), ROOT]))
+    done = subprocess.run([sys.executable, "-c", "print('the test ran')"],
+                          env=env, capture_output=True, text=True,
+                          timeout=120, cwd=str(tmp_path))
+    assert done.returncode == code, done.stderr
+    assert "the test ran" not in done.stdout
+    assert "Fatal Python error" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    if line is not None:
+        assert done.stderr.strip() == line.format(missing=missing)
+    else:
+        assert "--load_autotune_results_from" in done.stdout

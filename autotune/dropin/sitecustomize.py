@@ -18,6 +18,18 @@ def _install():
     except ImportError as e:
         print(f"autotune: triton.autotune drop-in not installed: {e}",
               file=sys.stderr)
+    except SystemExit as e:
+        # The package's own exits at import (a Bazel test whose cache does
+        # not exist yet, AUTOTUNE_FLAGS=--help) have said why in one line:
+        # raised out of site's start-up they would end in "Fatal Python
+        # error: init_import_site" and a traceback. Python is not running
+        # anything yet; exit with their status.
+        code = e.code if isinstance(e.code, int) else (e.code is not None)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _run_shadowed_sitecustomize():
