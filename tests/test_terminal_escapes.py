@@ -143,3 +143,85 @@ def test_the_pytest_summary_prints_cache_values_escaped():
     _assert_clean(text)
     assert "conflict: kern" + ESCAPED in text and \
         "ACT=relu" + ESCAPED in text, text
+
+
+def _other_winner(path, tmp_path):
+    """A copy of the nasty cache whose one entry has another winner."""
+    [entry] = codec.load_results(str(path), parse_all=True)
+    fast = [c.config for c in entry.candidates if c.ok and
+            c.config != entry.best][0]
+    other = tmp_path / "other.textproto"
+    codec.dump_results([entry.replace(best=fast, run_time_us=9.9)],
+                       str(other))
+    return other
+
+
+def test_diff_prune_and_merge_print_cache_values_escaped(tmp_path, capsys):
+    path = _nasty_cache(tmp_path)
+    other = _other_winner(path, tmp_path)
+    empty = tmp_path / "empty.textproto"
+    codec.dump_results([], str(empty))
+    for argv in (["diff", empty, path], ["diff", path, other],
+                 ["prune", "--dry-run", "--keep_device", "cpu", path],
+                 ["merge", path, other, "-o", tmp_path / "m.textproto"]):
+        cache_tool.main([str(a) for a in argv])
+        captured = capsys.readouterr()
+        _assert_clean(captured.out + captured.err)
+        assert "kern" + ESCAPED in captured.out + captured.err, argv
+
+
+def test_the_change_summary_prints_cache_values_escaped(tmp_path):
+    # What regenerate and the pytest update print, by fusion.
+    path = _nasty_cache(tmp_path)
+    old = codec.load_results(str(path), parse_all=True)
+    new = codec.load_results(str(_other_winner(path, tmp_path)),
+                             parse_all=True)
+    for changes in (summary.CacheChanges([], old),
+                    summary.CacheChanges(old, new)):
+        text = "\n".join(changes.lines())
+        _assert_clean(text)
+        assert "kern" + ESCAPED in text
+
+
+def test_the_duplicate_key_error_names_the_key_escaped(tmp_path, capsys):
+    [entry] = codec.load_results(str(_nasty_cache(tmp_path)),
+                                 parse_all=True)
+    twice = tmp_path / "twice.textproto"
+    twice.write_bytes(codec.encode([entry, entry], "x.textproto"))
+    assert cache_tool.main(["show", str(twice)]) == 2
+    err = capsys.readouterr().err
+    _assert_clean(err)
+    assert "duplicate key" in err and "kern" + ESCAPED in err, err
+
+
+def test_the_load_line_prints_the_files_devices_escaped(tmp_path, capsys):
+    import autotune
+    logging.getLogger("autotune").setLevel(logging.INFO)
+    autotune.configure(load_autotune_results_from=[str(_nasty_cache(
+        tmp_path))])
+    try:
+        err = capsys.readouterr().err
+    finally:
+        autotune.runtime.session.set_current(None)
+    assert "autotune: loaded" in err, err
+    _assert_clean(err)
+    assert "cuda/x" + ESCAPED in err
+
+
+def test_the_tuning_warnings_print_the_kernel_name_escaped():
+    from autotune.runtime import tuning
+    warned = []
+    opts = tuning.TuningOptions("kern" + NASTY,
+                                warn_once=lambda what, text:
+                                warned.append(text))
+    run = tuning.Tuning(None, None, None, opts)
+    config = Config({"ACT": "relu" + NASTY, "BLOCK": 32})
+    evaluator = types.SimpleNamespace(reference_config=config)
+    wrong = Candidate(Config({"BLOCK": 8}), 0.0, "WRONG_RESULT",
+                      "y differs" + NASTY)
+    run._report(evaluator, tuner.TuneResult(
+        [Candidate(config, 1.0), wrong], None, 0.1, 0.1, "exhaustive"))
+    assert len(warned) == 2
+    for text in warned:
+        _assert_clean(text)
+        assert "kern" + ESCAPED in text

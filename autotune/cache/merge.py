@@ -26,6 +26,7 @@ import sys
 from typing import NamedTuple
 
 from autotune.errors import AutotuneError
+from autotune.log import printable
 from autotune.records import DEFAULT_RULE
 
 POLICIES = ("fail", "measured", "prefer-faster", "prefer-newer",
@@ -61,7 +62,9 @@ class Conflict(NamedTuple):
             text += (f"; measured differently ({self.first.provenance.method}"
                      f" vs {self.second.provenance.method}): times not "
                      "compared")
-        return text + (f"; kept {self.kept_source}'s" if resolved else "")
+        # Names and configs from the caches, escaped for a terminal.
+        return printable(text + (f"; kept {self.kept_source}'s" if resolved
+                                 else ""))
 
 
 def describe(key):

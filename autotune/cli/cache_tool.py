@@ -184,6 +184,8 @@ class Diff:
                 "changed": [self.change(k) for k in self.changed]}
 
     def lines(self, limit=None):
+        """The diff's lines, names and configs from the files escaped for
+        a terminal (log.printable)."""
         def generate():
             for k in self.added:
                 yield (f"+ {k.kernel} [{k.signature}] on {k.device}: "
@@ -198,7 +200,8 @@ class Diff:
                        f"{c['old']} -> {c['new']}"
                        + (f" ({pct:+.1f}% run time)" if pct is not None
                           else ""))
-        return summary.at_most(generate(), sum(self.counts()), limit)
+        return summary.at_most(map(printable, generate()),
+                               sum(self.counts()), limit)
 
 
 def cmd_diff(args):
@@ -599,9 +602,9 @@ def cmd_prune(args):
             reason = "tuned " + entry.provenance.timestamp
         (drop if reason else keep).append((entry, reason))
     for entry, reason in drop:
-        print(f"{'would drop' if args.dry_run else 'drop'}: "
-              f"{entry.key.kernel} [{entry.key.signature}] on "
-              f"{entry.key.device}: {reason}")
+        print(printable(f"{'would drop' if args.dry_run else 'drop'}: "
+                        f"{entry.key.kernel} [{entry.key.signature}] on "
+                        f"{entry.key.device}: {reason}"))
     if args.dry_run:
         print(f"prune: {len(drop)} of {len(entries)} entries would go",
               file=sys.stderr)

@@ -13,6 +13,7 @@ from autotune.codec import binary, schema, text
 from autotune.codec.columns import KEY_OF
 from autotune.errors import CacheFileError
 from autotune.flags import DEFAULT_MAX_CACHE_BYTES
+from autotune.log import printable
 
 
 @contextlib.contextmanager
@@ -189,7 +190,8 @@ def check_duplicates(entries, path):
             verdict = ("different configs" if not other.same_result(entry)
                        else "the same config")
             raise CacheFileError(
-                path, f"duplicate key with {verdict}: {entry.key.describe()}")
+                path, f"duplicate key with {verdict}: "
+                f"{printable(entry.key.describe())}")
         seen[entry.key] = entry
 
 

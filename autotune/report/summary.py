@@ -370,7 +370,8 @@ class CacheChanges:
                        "unchanged)")
         total = (len(self.added) + len(self.removed) + len(self.changed) +
                  len(self.retuned))
-        return at_most(generate(), total, limit)
+        # Names and configs from the caches, escaped for a terminal.
+        return at_most(map(printable, generate()), total, limit)
 
 
 def at_most(lines, total, limit=None):

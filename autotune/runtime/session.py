@@ -268,8 +268,10 @@ class Session:
         except (CacheFileError, CacheConflictError) as e:
             raise AutotuneError(f"cannot load autotune results: {e}")
         usable = self.cache.usable_in(loaded)
-        devices = ", ".join(f"{d}: {n}" for d, n in
-                            sorted(loaded.by_device.items())) or "none"
+        # Device keys from the file, escaped for a terminal.
+        devices = logs.printable(", ".join(f"{d}: {n}" for d, n in
+                                      sorted(loaded.by_device.items()))
+                            or "none")
         line = (f"autotune: loaded {path}: {len(loaded.entries)} entries "
                 f"({devices}); usable on {self.device_key}: {usable}")
         other_triton = 0

@@ -107,6 +107,9 @@ class Tuning:
         self.result = None
 
     def _warn_once(self, what, text):
+        # The kernel's name, its configs and failure details, escaped for a
+        # terminal.
+        text = logs.printable(text)
         if self.options.warn_once is not None:
             self.options.warn_once(what, text)
         else:
@@ -250,8 +253,9 @@ class Tuning:
                 where, self.launch.kernel.fn, self.launch.named, configs, jobs)
         except Exception as e:  # the measurement compiles what is missing
             detail = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-            log.warning(f"autotune: {name}: compiling ahead failed "
-                        f"({detail}); candidates compile as they first run")
+            log.warning(logs.printable(
+                f"autotune: {name}: compiling ahead failed ({detail}); "
+                "candidates compile as they first run"))
             return
         if results is None:
             return  # no pool needed (the reason is logged)
