@@ -351,3 +351,89 @@ def test_a_malformed_start_is_refused(start):
     assert distributed._start_of(
         {"plan": ["BLOCK=16", ["BLOCK=32"]], "device": "d",
          "fingerprint": "f"})
+
+
+class _LeavingHost:
+    """A 2-rank job's store as rank 1 sees it when rank 0, its host, has
+    posted its value and leaves (its process ends, the store with it) the
+    moment rank 1 has read that value."""
+
+    def __init__(self, prefix, value):
+        self.data = {f"{prefix}/0": value}
+        self.gone = False
+        self.after_gone = []
+
+    def _alive(self, what):
+        if self.gone:
+            self.after_gone.append(what)
+            raise RuntimeError("Connection reset by peer")
+
+    def set(self, key, value):
+        self._alive("set " + key)
+        self.data[key] = value
+
+    def check(self, keys):
+        self._alive("check")
+        return all(k in self.data for k in keys)
+
+    def get(self, key):
+        self._alive("get " + key)
+        value = self.data[key]
+        if key.endswith("/0"):
+            self.gone = True
+        return value
+
+    def delete_key(self, key):
+        self._alive("delete " + key)
+        self.data.pop(key, None)
+
+
+def test_a_rank_that_has_every_value_ends_its_exchange_when_the_host_leaves():
+    from autotune.runtime import distributed
+    prefix = f"{distributed._KEY_PREFIX}/0"
+    store = _LeavingHost(prefix, distributed.encode("the end", "f", 0))
+    distributed.Job._sequences.pop(id(store), None)  # a fresh store
+    job = distributed.Job(store, 1, 2, timeout_s=5)
+    # Rank 1's bookkeeping after the last exchange (its read mark, the
+    # previous key's removal) finds no store: it had every value.
+    job._posted = f"{distributed._KEY_PREFIX}/prev/1"
+    assert job.exchange("the end", "f", 1) == [0, 1]
+    assert store.after_gone  # the store was gone when it tried
+
+
+class _SlowReader:
+    """A 2-rank job's store as rank 0 sees it: rank 1 posted its value and
+    marks it read only some polls later (it is still reading)."""
+
+    def __init__(self, prefix, value, polls=5):
+        self.prefix = prefix
+        self.data = {f"{prefix}/1": value}
+        self.polls = polls
+
+    def set(self, key, value):
+        self.data[key] = value
+
+    def check(self, keys):
+        if f"{self.prefix}/read/1" in keys:
+            self.polls -= 1
+            if self.polls <= 0:
+                self.data[f"{self.prefix}/read/1"] = b"1"
+        return all(k in self.data for k in keys)
+
+    def get(self, key):
+        return self.data[key]
+
+    def delete_key(self, key):
+        self.data.pop(key, None)
+
+
+def test_the_store_host_waits_until_every_rank_has_read_the_exchange():
+    # Rank 0 hosts the store, which ends with its process: it returns from
+    # an exchange (and may leave) only when every rank has read it.
+    from autotune.runtime import distributed
+    prefix = f"{distributed._KEY_PREFIX}/0"
+    store = _SlowReader(prefix, distributed.encode("the end", "f", 1))
+    distributed.Job._sequences.pop(id(store), None)  # a fresh store
+    job = distributed.Job(store, 0, 2, timeout_s=5)
+    assert job.exchange("the end", "f", 0) == [0, 1]
+    assert f"{prefix}/read/1" in store.data

@@ -227,12 +227,6 @@ class Job:
                 time.sleep(pause)
                 pause = min(pause * 2, 0.05)
             self._last = prefix
-            self.store.set(f"{prefix}/read/{self.rank}", b"1")
-            # Every rank has posted this exchange, so all have read the
-            # previous one: its key can go.
-            if self._posted is not None:
-                self.store.delete_key(self._posted)
-            self._posted = mine
         except DistributedTuningError:
             raise
         except Exception as e:  # the store itself: its host (rank 0) died
@@ -240,6 +234,7 @@ class Job:
                 f"autotune: rank {self.rank}: the torch.distributed store "
                 f"failed during {kind} of {what} ({type(e).__name__}: {e}); "
                 "rank 0, which hosts it, may have died") from None
+        self._finish_exchange(prefix, mine)
         # Read by every rank before any raises: each stops with the same
         # error (rank 0 first waits for the others to have read).
         decoded = {}
@@ -262,6 +257,40 @@ class Job:
                 f"{lines}")
         return [got[r][2] for r in range(self.world_size)]
 
+    def _finish_exchange(self, prefix, mine):
+        """After this rank holds every value of the exchange at `prefix`:
+        the previous exchange's key goes (every rank has posted this one,
+        so all have read that), and this rank marks the exchange read.
+        Rank 0 hosts a TCPStore, which ends with its process: it returns
+        (and may leave, after a job's last exchange) only once every rank
+        has read the exchange, or after the timeout. The others' store
+        calls here are bookkeeping: the values are in hand, so a store
+        whose host has left after every rank read is no error."""
+        try:
+            if self._posted is not None:
+                self.store.delete_key(self._posted)
+            self.store.set(f"{prefix}/read/{self.rank}", b"1")
+            if self.rank == 0:
+                self._wait_read(prefix, self.timeout_s)
+        except Exception as e:  # noqa: BLE001 -- see the docstring
+            if self.rank == 0:
+                raise DistributedTuningError(
+                    f"autotune: rank 0: the torch.distributed store it "
+                    f"hosts failed ({type(e).__name__}: {e})") from None
+            log.debug(f"autotune: rank {self.rank}: the store is gone after "
+                      f"the exchange ({type(e).__name__}: {e})")
+        self._posted = mine
+
+    def _wait_read(self, prefix, limit_s):
+        """Waits (at most limit_s) until every rank marked the exchange at
+        `prefix` read."""
+        keys = [f"{prefix}/read/{r}" for r in range(self.world_size)]
+        deadline = time.monotonic() + limit_s
+        pause = 0.001
+        while not self.store.check(keys) and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
     def malformed(self, rank, kind, what, error):
         """The error for a value of `rank` that is not what a rank of this
         version sends (MalformedExchangeError): nothing it holds is used."""
@@ -279,13 +308,9 @@ class Job:
         exchange, so each can raise the same error instead of losing the
         store."""
         if self.rank == 0 and self._last is not None:
-            deadline = time.monotonic() + min(self.timeout_s, 10.0)
-            keys = [f"{self._last}/read/{r}" for r in range(self.world_size)]
             try:
-                while not self.store.check(keys) and \
-                        time.monotonic() < deadline:
-                    time.sleep(0.01)
-            except Exception:
+                self._wait_read(self._last, min(self.timeout_s, 10.0))
+            except Exception:  # noqa: BLE001 -- the error below stands
                 pass
         return DistributedTuningError(message)
 
