@@ -11,6 +11,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # Tests configure sessions explicitly; a stray AUTOTUNE_FLAGS from the
 # caller's shell must not leak into them.
 os.environ.pop("AUTOTUNE_FLAGS", None)
+# Nor a runner stamp exported for the shell's Bazel runs: it describes
+# that runner's GPU, and the tests run on the interpreter.
+os.environ.pop("AUTOTUNE_RUNNER_STAMP", None)
 
 # A private device lock and slot directory for this run: the default one
 # (/tmp/rules_autotune-locks-UID) is shared with every other run of this

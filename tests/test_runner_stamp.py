@@ -87,3 +87,24 @@ def test_the_tool_prints_what_a_test_accepts(tmp_path):
         check=False,
         env=dict(env, AUTOTUNE_RUNNER_STAMP=printed))
     assert check.stdout.strip() == "ok", check.stderr
+
+
+class _GpuLike(backends.InterpreterBackend):
+    """A backend that says it is the GPU one (the note is for GPU tests)."""
+    name = "gpu"
+
+
+def test_a_gpu_test_under_bazel_without_a_stamp_says_so_once(
+        monkeypatch, capfd):
+    from autotune.runtime.session import Session
+    monkeypatch.delenv(stamp.STAMP_ENV, raising=False)
+    monkeypatch.setenv("TEST_TARGET", "//:kernels_test")
+    Session(backend=_GpuLike())
+    err = capfd.readouterr().err
+    assert err.count(f"{stamp.STAMP_ENV} is not set") == 1, err
+    # Outside Bazel (pytest, a script), and on the interpreter: no note.
+    monkeypatch.delenv("TEST_TARGET")
+    Session(backend=_GpuLike())
+    monkeypatch.setenv("TEST_TARGET", "//:kernels_test")
+    Session(backend=backends.InterpreterBackend())
+    assert stamp.STAMP_ENV not in capfd.readouterr().err
