@@ -23,10 +23,14 @@ except ModuleNotFoundError as _missing:
         "under Bazel point --@rules_autotune//:python_deps at a py_library "
         "that provides it (see docs/bazel.md#python-packages)") from None
 from autotune.measure import backends as _backends
+from autotune.measure import triton_cache as _triton_cache
 
 
-_BACKEND, _DROPIN = _flags.import_time_choices()
+_BACKEND, _DROPIN, _COMPILED = _flags.import_time_choices()
 _backends.select_interpreter_early(_BACKEND)
+# Before any compile: a writable Triton cache under Bazel, compiled kernels
+# served from --autotune_compiled_kernels.
+_triton_cache.configure_environment(_COMPILED)
 
 _EXPORTS = {
     "CacheKey": "autotune.records", "Candidate": "autotune.records",

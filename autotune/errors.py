@@ -56,6 +56,11 @@ class CompileCheckError(AutotuneError):
     """A config that does not compile for the target, or bad input."""
 
 
+class TritonCacheError(AutotuneError):
+    """Triton's cache folder cannot be written: every compile would fail,
+    so it is reported once for the process instead of per config."""
+
+
 class TuningError(AutotuneError):
     """No config of a fusion ran correctly, or tuning cannot go on."""
 

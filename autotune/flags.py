@@ -149,6 +149,14 @@ FLAGS = (
         "compile in the tuning process as each is first launched.",
         lower_bound=0),
     FlagSpec(
+        "autotune_compiled_kernels", "list", (),
+        "Comma-separated directories of kernels compiled ahead "
+        "(`autotune_cache compile`, or gpu_autotuned_test's compile_for): "
+        "Triton loads a binary from them instead of compiling it when its "
+        "cache key matches; read when autotune is imported. A "
+        "compiled-kernel directory is code: use only ones you trust.",
+        path=True),
+    FlagSpec(
         "autotune_incumbents_from", "list", (),
         "Comma-separated results files whose entries are incumbents: a "
         "fusion being tuned keeps its incumbent's config unless a challenger "
@@ -345,19 +353,28 @@ def parse(text, env=None, resolve=True):
 
 
 def import_time_choices(env=None):
-    """(backend, drop-in) as AUTOTUNE_FLAGS sets them, for the choices made
-    when the package is imported, before any kernel is decorated. The same
-    parser as the session's, so `--autotune_dropin=1`, `=true`, `=True` and
-    the bare flag agree; a value that does not parse gives the defaults
-    here, and the session reports it with its context."""
+    """(backend, drop-in, compiled-kernel directories) as AUTOTUNE_FLAGS
+    sets them, for the choices made when the package is imported, before
+    any kernel is decorated or compiled. The same parser as the session's,
+    so `--autotune_dropin=1`, `=true`, `=True` and the bare flag agree; a
+    value that does not parse gives the defaults here, and the session
+    reports it with its context."""
     env = os.environ if env is None else env
     exit_with_help_if_asked(env.get(ENV_VAR, ""))
     try:
         options = parse(env.get(ENV_VAR, ""), env, resolve=False)
     except AutotuneFlagsError:
-        return "auto", False
+        return "auto", False, ()
     exit_if_bazel_cache_missing(options, env)
-    return options.autotune_backend, bool(options.autotune_dropin)
+    compiled = []
+    for path in options.autotune_compiled_kernels:
+        try:
+            compiled.append(resolve_path(path, env,
+                                         "autotune_compiled_kernels"))
+        except AutotuneFlagsError:
+            pass  # the session reports it
+    return (options.autotune_backend, bool(options.autotune_dropin),
+            tuple(compiled))
 
 
 def exit_with_help_if_asked(text):

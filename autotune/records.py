@@ -319,6 +319,17 @@ class Provenance(NamedTuple):
 EMPTY_PROVENANCE = Provenance()
 
 
+class CompileRequest(NamedTuple):
+    """One launch of an entry's winner as Triton's launcher specialised it:
+    what `autotune_cache compile` needs to build the binary for a GPU
+    without the test's tensors (autotune/measure/compile_requests.py
+    writes and reads the two strings)."""
+    kernel: str            # "module:qualname" of the Python function
+    arguments: str         # NAME:TYPE:ATTR / NAME=JSON, space-separated
+    options: str           # NAME=VALUE sorted, space-separated
+    triton_version: str = ""
+
+
 class Entry:
     """The result for one fusion on one device.
 
@@ -329,10 +340,11 @@ class Entry:
     """
 
     __slots__ = ("key", "_best", "_run_time_us", "_candidates", "_provenance",
-                 "_decode", "raw")
+                 "_decode", "raw", "_compile_requests")
 
     def __init__(self, key, best, run_time_us, candidates=(),
-                 provenance=EMPTY_PROVENANCE, decode=None):
+                 provenance=EMPTY_PROVENANCE, decode=None,
+                 compile_requests=()):
         # best=None with a decoder: the best config and its time are decoded
         # on first use too (binary files: a lookup touches few entries).
         self.key = key
@@ -341,6 +353,10 @@ class Entry:
         self._candidates = tuple(candidates) if decode is None else None
         self._provenance = provenance if decode is None else None
         self._decode = decode
+        # Decoded with the candidates (rarely used: `autotune_cache
+        # compile` and show read them).
+        self._compile_requests = tuple(compile_requests) \
+            if decode is None else None
         # Where the entry was decoded from, kept after decoding: writing it
         # back in the same format can copy it instead of re-encoding.
         self.raw = decode
@@ -350,6 +366,7 @@ class Entry:
         if self._best is None:
             self._best, self._run_time_us = decoder.head(payload)
         self._candidates, self._provenance = decoder(payload)
+        self._compile_requests = decoder.compile_requests(payload)
         self._decode = None
 
     @property
@@ -380,10 +397,17 @@ class Entry:
             self._provenance = decoder.provenance(payload)
         return self._provenance
 
+    @property
+    def compile_requests(self):
+        if self._decode is not None:
+            self._materialize()
+        return self._compile_requests
+
     def replace(self, **changes):
         fields = dict(key=self.key, best=self.best,
                       run_time_us=self.run_time_us,
-                      candidates=self.candidates, provenance=self.provenance)
+                      candidates=self.candidates, provenance=self.provenance,
+                      compile_requests=self.compile_requests)
         fields.update(changes)
         return Entry(**fields)
 
@@ -395,7 +419,8 @@ class Entry:
                 and self.best == other.best
                 and self.run_time_us == other.run_time_us
                 and self.candidates == other.candidates
-                and self.provenance == other.provenance)
+                and self.provenance == other.provenance
+                and self.compile_requests == other.compile_requests)
 
     __hash__ = None
 

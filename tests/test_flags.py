@@ -48,6 +48,7 @@ EXPECTED_DEFAULTS = {
     "autotune_remote_cache_ca_file": None,
     "autotune_compile_check": None,
     "autotune_compile_jobs": 0,
+    "autotune_compiled_kernels": [],
     "autotune_incumbents_from": [],
     "autotune_retune": False,
     "autotune_version_match": "loose",

@@ -24,11 +24,11 @@ from google.protobuf import message as pb_message
 
 from autotune.codec import schema
 from autotune.codec.columns import RAW_OF, SECOND, column
-from autotune.codec.schema import (CANDIDATE, CONFIG, ENTRY, PROVENANCE,
+from autotune.codec.schema import (CANDIDATE, COMPILE_REQUEST, CONFIG, ENTRY, PROVENANCE,
                                    RESULTS)
 from autotune.errors import CacheFileError
 from autotune.proto import autotune_results_pb2 as pb
-from autotune.records import (Candidate, CacheKey, Config, EMPTY_PROVENANCE,
+from autotune.records import (Candidate, CacheKey, CompileRequest, Config, EMPTY_PROVENANCE,
                               Entry, FAILURE_KINDS, Provenance)
 
 CONFIG_FIELDS = operator.attrgetter("params", "num_warps", "num_stages",
@@ -122,6 +122,13 @@ class MessageDecoder:
         return Provenance(p.triton_version, p.torch_version, p.cuda_version,
                           p.timestamp, p.timing_spread, p.tuner,
                           p.tuning_seconds, p.method, p.default_run_time_us)
+
+    def compile_requests(self, msg):
+        if type(msg) is pb.EntryHead:
+            msg = self.full_entry(msg)
+        return tuple(CompileRequest(r.kernel, r.arguments, r.options,
+                                    r.triton_version)
+                     for r in msg.compile_requests)
 
     def full_entry(self, head):
         """The whole Entry behind an EntryHead (see the schema)."""
@@ -339,6 +346,10 @@ class _Encoder:
                                          p.default_run_time_us))
         if prov:
             parts.append(_len_field(ENTRY.provenance, prov))
+        for request in entry.compile_requests:
+            parts.append(_len_field(ENTRY.compile_requests, b"".join(
+                _str_field(getattr(COMPILE_REQUEST, name), value)
+                for name, value in zip(request._fields, request))))
         return b"".join(parts)
 
 

@@ -51,6 +51,7 @@ ENTRY = _tags(pb.Entry)
 CONFIG = _tags(pb.Config)
 CANDIDATE = _tags(pb.Candidate)
 PROVENANCE = _tags(pb.Provenance)
+COMPILE_REQUEST = _tags(pb.CompileRequest)
 
 
 def bad_time(value):

@@ -197,6 +197,16 @@ class _TextWriter:
         prov_pieces = self._provenance_pieces(
             list(map(_PROVENANCE_OF, fresh)))
 
+        requests = list(map(_REQUESTS_OF, fresh))
+        if any(requests):
+            # Rare (entries with compile requests): after the provenance
+            # line, before the entry's closing brace.
+            for i, held in enumerate(requests):
+                if held:
+                    end = prov_pieces[5 * i + 4]
+                    prov_pieces[5 * i + 4] = end[:-2] + "".join(
+                        map(_request_line, held)) + "}\n"
+
         out = []
         extend = out.extend
         at = 0
@@ -293,6 +303,18 @@ class _TextWriter:
                 if p == _BARE_PROVENANCE and not any(numbers):
                     pieces[5 * i:5 * i + 5] = ("", "", "", "", "}\n")
         return pieces
+
+
+_REQUESTS_OF = operator.attrgetter("compile_requests")
+_REQUEST_PREFIX = "  compile_requests { "
+
+
+def _request_line(request):
+    """One compile request on one line, its empty strings left out (proto3
+    does)."""
+    fields = " ".join(f"{name}: {_quote(value)}" for name, value in
+                      zip(request._fields, request) if value)
+    return _REQUEST_PREFIX + fields + (" }\n" if fields else "}\n")
 
 
 _PROVENANCE_STRING_ORDER = ("triton_version", "torch_version",
@@ -444,7 +466,10 @@ _PROV_LINE = (r"  provenance \{(?: (?:triton_version|torch_version|"
 # The candidate and provenance lines of one canonical text entry, checked
 # in one C-speed match (what the writer produces; anything else is decoded
 # line by line).
-_REST_RE = re.compile(r"(?:" + _CAND_LINE + r")*+(?:" + _PROV_LINE + r")?+\}")
+_REQUEST_LINE = (r"  compile_requests \{(?: (?:kernel|arguments|options|"
+                 r"triton_version): " + _QUOTED + r")*+ \}\n")
+_REST_RE = re.compile(r"(?:" + _CAND_LINE + r")*+(?:" + _PROV_LINE + r")?+"
+                      r"(?:" + _REQUEST_LINE + r")*+\}")
 
 
 def copyable_rest(entry):
@@ -493,7 +518,7 @@ class _TextRestDecoder:
         return True
 
     def __call__(self, rest):
-        lines = rest.split("\n")[:-1]
+        lines = _without_requests(rest.split("\n")[:-1])
         prov_line = None
         if lines and lines[-1].startswith("  provenance { "):
             prov_line = lines.pop()
@@ -517,10 +542,24 @@ class _TextRestDecoder:
             raise CacheFileError(self.source, self._name(rest) +
                                  without_entry_name(e.reason)) from None
 
+    def compile_requests(self, rest):
+        if _REQUEST_PREFIX not in rest:
+            return ()
+        lines = [line for line in rest.split("\n")
+                 if line.startswith(_REQUEST_PREFIX)]
+        msg = pb.Entry()
+        try:
+            text_format.Parse("\n".join(lines), msg)
+        except text_format.ParseError as e:
+            raise CacheFileError(self.source, f"bad compile request: {e}")
+        return MessageDecoder(self.memo, self.source).compile_requests(msg)
+
     def provenance(self, rest):
         """The provenance alone: the canonical layout puts it on the last
-        line before the closing brace."""
+        line before the closing brace (and any compile requests)."""
         body = rest[:-2] if rest.endswith("\n}") else ""
+        if _REQUEST_PREFIX in body:
+            body = "\n".join(_without_requests(body.split("\n")))
         last = body.rpartition("\n")[2]
         if last.startswith("  provenance { "):
             try:
@@ -530,6 +569,13 @@ class _TextRestDecoder:
         elif "provenance" not in body and rest.endswith("}"):
             return EMPTY_PROVENANCE
         return self(rest)[1]
+
+
+def _without_requests(lines):
+    """The lines of an entry's rest before its compile requests."""
+    while lines and lines[-1].startswith(_REQUEST_PREFIX):
+        lines = lines[:-1]
+    return lines
 
 
 def _parse_preamble(lines, state):
@@ -576,7 +622,8 @@ def _parse_text_fast(text, source, trusted=False):
         rest_lines = n_lines = None
     else:
         rest_lines = (_count(blocks, "\n" + _CAND_PREFIX)
-                      + _count(blocks, "\n  provenance { ") + len(blocks))
+                      + _count(blocks, "\n  provenance { ")
+                      + _count(blocks, "\n" + _REQUEST_PREFIX) + len(blocks))
         n_lines = _count(blocks, "\n") + len(blocks)
 
     lines = list(map(str.split, blocks, itertools.repeat("\n"),

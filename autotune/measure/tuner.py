@@ -20,8 +20,8 @@ import statistics
 import time
 from typing import NamedTuple
 
-from autotune.measure import backends
-from autotune.errors import DeviceContextLostError, TuningError
+from autotune.measure import backends, triton_cache
+from autotune.errors import DeviceContextLostError, TritonCacheError, TuningError
 from autotune.records import DEFAULT_RULE, Candidate, Provenance, SelectionRule  # noqa: F401  (SelectionRule: re-exported)
 
 
@@ -42,6 +42,16 @@ def no_config_ran(candidates):
 # Set once a candidate has corrupted the context: every later tuning in the
 # process stops with the same message.
 _context_lost = None
+
+
+def _stop_for_unwritable_cache(exc):
+    """A compile that failed writing Triton's cache fails every config the
+    same way: one environment error naming TRITON_CACHE_DIR, not a
+    COMPILE_ERROR per candidate."""
+    if triton_cache.is_unwritable_cache_error(exc):
+        raise TritonCacheError(triton_cache.unwritable_reason()
+                               or f"Triton's cache is not writable: {exc}"
+                               ) from exc
 
 
 def _stop_for_lost_context(name, config, exc):
@@ -333,6 +343,7 @@ class CandidateEvaluator:
         except Exception as e:  # a candidate may fail in any way; classify
             if backends.corrupts_context(e):
                 _stop_for_lost_context(self.name, config, e)
+            _stop_for_unwritable_cache(e)
             return Candidate(config, 0.0, backends.classify_failure(e),
                              _detail(e)), None
         first_run_s = time.perf_counter() - start
