@@ -20,50 +20,14 @@ import sys
 
 import pytest
 
+from gpu_standin import FakeDriver, FakeKernel
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ("matmul_4096_bf16", "matmul_1000_fp16", "softmax_1000",
          "softmax_4096")
 
 
 # -- the child process ---------------------------------------------------------
-
-class FakeDriver:
-    """The active driver of an sm_90 machine, as far as Triton's launcher
-    asks: device, stream, target."""
-
-    def __init__(self):
-        from triton.backends.compiler import GPUTarget
-        self.target = GPUTarget("cuda", 90, 32)
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_current_target(self):
-        return self.target
-
-    def is_active(self):
-        return True
-
-
-class FakeKernel:
-    """What the stubbed compile returns: launchable, launches nothing."""
-
-    def __init__(self):
-        import types
-        self.function = None
-        self.packed_metadata = None
-        self.metadata = types.SimpleNamespace(shared=0)
-        self.asm = {"cubin": b""}
-
-    def launch_metadata(self, *args):
-        return None
-
-    def run(self, *args):
-        return None
-
 
 def _disk_key(src, target, options):
     """The key triton.compile files a binary under (its first steps)."""

@@ -71,12 +71,32 @@ def _versions(entry):
                                           p.cuda_version))
 
 
+def _carrying_requests(entry, runs_by_key):
+    """`entry` with the compile requests the runs recorded for the same key
+    and winner: derived data, so an entry kept verbatim still learns how
+    its binary is built (the file changes only where they differ)."""
+    requests = set()
+    for e in runs_by_key.get(entry.key, ()):
+        if e.best == entry.best:
+            requests.update(e.compile_requests)
+    if not requests:
+        return entry
+    requests = tuple(sorted(requests))
+    if requests == tuple(entry.compile_requests):
+        return entry
+    return entry.replace(compile_requests=requests)
+
+
 def update(old_entries, runs, prune_devices=()):
     """old_entries: the file's entries ([] for a new file). runs: [(source
     name, entries)], in order. prune_devices: devices whose entries no run
     produced are removed (see the module docstring)."""
     old_entries = list(old_entries)
     tuned, conflicts = merge.merge(runs, "measured", old_entries)
+    runs_by_key = {}
+    for _, run_entries in runs:
+        for e in run_entries:
+            runs_by_key.setdefault(e.key, []).append(e)
     old_by_key = {e.key: e for e in old_entries}
     entries = []
     for entry in tuned:
@@ -89,7 +109,8 @@ def update(old_entries, runs, prune_devices=()):
             previous.best == entry.best and \
             not _measured_more(entry, previous) and \
             _versions(previous) == _versions(entry)
-        entries.append(previous if keep else entry)
+        entries.append(_carrying_requests(previous, runs_by_key)
+                       if keep else _carrying_requests(entry, runs_by_key))
     superseded = {fusion_of(e.key) for e in tuned}
     new_keys = {e.key for e in tuned}
     prune_devices = set(prune_devices)

@@ -85,18 +85,21 @@ def unwritable_reason(path=None):
     """Why Triton could not write its cache at `path` (default: the one it
     uses), in one line naming TRITON_CACHE_DIR; None when it can."""
     path = path or cache_dir()
-    probe_dir = path
     try:
         os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=probe_dir, prefix=".probe"):
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe"):
             pass
         return None
     except OSError as e:
-        return (f"Triton's cache {path} is not writable ({e.strerror}): "
-                "every compile would fail; set TRITON_CACHE_DIR to a "
-                "writable folder (under bazel test, leave TRITON_CACHE_DIR "
-                "and TRITON_HOME unset to get one under TEST_TMPDIR, or add "
-                "--sandbox_writable_path for a persistent one)")
+        return unwritable_message(path, e)
+
+
+def unwritable_message(path, exc):
+    return (f"Triton's cache {path} is not writable ({exc.strerror or exc}):"
+            " every compile would fail; set TRITON_CACHE_DIR to a writable "
+            "folder (under bazel test, leave TRITON_CACHE_DIR and TRITON_HOME "
+            "unset to get one under TEST_TMPDIR, or add "
+            "--sandbox_writable_path for a persistent one)")
 
 
 def is_unwritable_cache_error(exc):

@@ -49,9 +49,8 @@ def _stop_for_unwritable_cache(exc):
     same way: one environment error naming TRITON_CACHE_DIR, not a
     COMPILE_ERROR per candidate."""
     if triton_cache.is_unwritable_cache_error(exc):
-        raise TritonCacheError(triton_cache.unwritable_reason()
-                               or f"Triton's cache is not writable: {exc}"
-                               ) from exc
+        raise TritonCacheError(triton_cache.unwritable_message(
+            triton_cache.cache_dir(), exc)) from exc
 
 
 def _stop_for_lost_context(name, config, exc):

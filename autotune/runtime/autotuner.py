@@ -37,7 +37,7 @@ from autotune.errors import (AutotuneArgumentError, AutotuneError,
                              AutotuneWarning)
 from autotune.measure import backends, tuner
 from autotune.records import Config
-from autotune.runtime import offers, tuning
+from autotune.runtime import launch_record, offers, tuning
 from autotune.runtime.session import session
 
 SEARCHES = ("exhaustive", "evolutionary")
@@ -309,6 +309,7 @@ class Autotuner(TritonAutotuner):
         self._fingerprint = None
         self.cache = {}  # fast key -> the config it launches with
         self._memo = {}
+        self._launches = None
         self._session = None
         self._warned = set()
         _DECORATED.add(self)
@@ -477,9 +478,12 @@ class Autotuner(TritonAutotuner):
             self._memo.clear()
             self.cache.clear()
             self._session = sess
+            self._launches = launch_record.LaunchRecorder(self.kernel)
         fast = self.fusion_key(named, kwargs)
         hit = self._memo.get(fast)
         if hit is not None:
+            if sess.records_every_launch:
+                self._launches.note(sess, hit[3], named, hit[0])
             return hit
         key = self._full_key(sess, named)
         started = time.perf_counter()
@@ -506,7 +510,8 @@ class Autotuner(TritonAutotuner):
                 unwrap.jit_function(self.kernel), self._triton_key(named),
                 original, self.configs_timings if tuned else {},
                 self.bench_time if tuned else None, cache_hit=not tuned)
-        hit = self._memo[fast] = (config, original, config.all_kwargs())
+        self._launches.note(sess, key, named, config)
+        hit = self._memo[fast] = (config, original, config.all_kwargs(), key)
         self.cache[fast] = original
         return hit
 
@@ -549,7 +554,8 @@ class Autotuner(TritonAutotuner):
             launch = self._single_launch
         else:
             named = self._bind(args, kwargs)
-            _, original, launch = self._resolve(named, grid, args, kwargs)
+            _, original, launch, _ = self._resolve(named, grid, args,
+                                                   kwargs)
         self.best_config = original
         hook = getattr(original, "pre_hook", None)
         if hook is not None:

@@ -19,7 +19,7 @@ import threading
 
 from autotune import log as logs
 from autotune import codec, flags
-from autotune.measure import backends, device_lock, stamp
+from autotune.measure import backends, compile_requests, device_lock, stamp
 from autotune.runtime import distributed, offers
 from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
@@ -151,6 +151,9 @@ class Session:
         # it (summary line, dump, report).
         self.pid = os.getpid()
         self.load_reports = []
+        # key -> the compile requests of its winner's launches this run
+        # (autotune/runtime/launch_record.py), written with the entry.
+        self.compile_requests = {}
         # The device turn of the fusion being tuned (device_turn), and
         # each tuned fusion's wait and interval, for the report.
         self._device_turn = None
@@ -162,6 +165,11 @@ class Session:
         # counts this session's own).
         self._exchanges_before = sum(distributed.EXCHANGES.values())
         self._check_sharding()
+        # A run that writes a cache records every differently specialised
+        # launch (a pytest update sets it too); others only each fusion's
+        # first.
+        self.records_every_launch = bool(
+            self.options.dump_autotune_results_to)
         self.backend = backend or backends.select_backend(
             self.options.autotune_backend)
         self.device_key = self.backend.device_key()
@@ -631,10 +639,31 @@ class Session:
         self.stats.compile_rejected += n
 
     # -- exit ------------------------------------------------------------
+    def note_compile_request(self, key, request):
+        with self.lock:
+            self.compile_requests.setdefault(key, {})[request] = None
+
     def dump_entries(self):
         """The results this run used: hits and tuned fusions, this device
-        (and entries tuned under another Triton that answered its keys)."""
-        return list({e.key: e for e in self.cache.memory.values()}.values())
+        (and entries tuned under another Triton that answered its keys),
+        with the compile requests of their launches."""
+        return [self._with_compile_requests(e) for e in
+                {e.key: e for e in self.cache.memory.values()}.values()]
+
+    def _with_compile_requests(self, entry):
+        """`entry` holding the requests this run recorded for its winner,
+        and those it held that still describe its winner (launches this
+        run did not make)."""
+        seen = self.compile_requests.get(entry.key)
+        if not seen:
+            return entry
+        held = {r for r in entry.compile_requests
+                if compile_requests.mismatch(r, entry) is None}
+        requests = tuple(sorted(held | {
+            r for r in seen if compile_requests.mismatch(r, entry) is None}))
+        if requests == tuple(entry.compile_requests):
+            return entry
+        return entry.replace(compile_requests=requests)
 
     def _read_existing_dump(self, path):
         try:
