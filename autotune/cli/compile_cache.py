@@ -31,6 +31,7 @@ from autotune.cache.io import read_cache
 from autotune.errors import CompileCheckError, ToolError
 from autotune.measure import compile_check, compile_requests, triton_cache
 from autotune.log import printable
+from autotune.records import CompileRequest
 
 _log = logs.get("cache")
 
@@ -111,7 +112,6 @@ def _build(task):
     os.environ["TRITON_INTERPRET"] = "0"
     compile_requests.quiet_fp_fusion_notice()
     from triton.backends.compiler import GPUTarget
-    from autotune.records import CompileRequest
     request = CompileRequest(*request)
     target = compile_check.Target(*target)
     result = compile_check.Result(
