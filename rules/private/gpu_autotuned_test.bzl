@@ -5,6 +5,7 @@ sh_test, cc_test, ...), so nothing here depends on a native rule (Bazel 9
 has none) or on a language.
 """
 
+load(":compiled_kernels.bzl", "autotune_compiled_kernels")
 load(
     ":helpers.bzl",
     "cache_path_expression",
@@ -30,6 +31,17 @@ REGENERATE_COMMAND = "bazel run @rules_autotune//tools:regenerate"
 # one line naming the python_deps flag (tools/require_python_deps.py).
 RUNTIME_PACKAGES = "absl-py,protobuf"
 KERNEL_PACKAGES = "absl-py,protobuf,torch,triton"
+
+COMPILED_SUFFIX = "_compiled_kernels"
+
+# Triton's keys hold which cache-invalidating variables are set: the
+# compile action and the test must set the same ones. Triton 3.9 warns
+# when this one is unset (its default changes in 3.10), so it is set
+# explicitly, to the value it defaults to.
+COMPILE_TRITON_ENV = {"TRITON_DEFAULT_FP_FUSION": "1"}
+
+# TRITON_ variables that say where Triton works, not what it compiles.
+_TRITON_PLACES = ["TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_CACHE_MANAGER", "TRITON_INTERPRET"]
 
 def _caller_repository():
     """The calling BUILD file's repository name, without "@"."""
@@ -100,6 +112,8 @@ def gpu_autotuned_test(
         shard_count = None,
         exec_properties = None,
         gpu_exec_properties = None,
+        compile_for = [],
+        compile_deps = None,
         **kwargs):
     """A GPU test that loads a checked-in autotune cache, plus a dump target.
 
@@ -151,6 +165,13 @@ def gpu_autotuned_test(
         e.g. {"Pool": "gpu-h100"} for a remote GPU pool: each key gets
         Bazel's `test.` prefix (`test.Pool`), so building the target stays
         on CPU executors; joined with exec_properties; no select().
+      compile_for: GPU targets (["sm_90", "sm_80"]) to compile the
+        checked-in cache's winners for, in a build action on a CPU
+        executor (name + "_compiled_kernels"); the load target then loads
+        those binaries instead of compiling them (docs/bazel.md#compiled-kernels).
+        Needs autotune_cache.
+      compile_deps: the libraries that provide the kernels, for that
+        action (default: deps).
       **kwargs: passed to test_rule for both targets.
     """
     what = "gpu_autotuned_test(name = %r)" % name
@@ -187,6 +208,38 @@ def gpu_autotuned_test(
         load_flags.append("--require_complete_autotune_results")
     if gpu_type:
         load_flags.append("--autotune_expected_gpu=%s" % gpu_type)
+    load_env = env
+    if compile_for and type(compile_for) != type([]):
+        fail("%s: compile_for must be a list of GPU targets, e.g. [\"sm_90\"]" % what)
+    if compile_for and not cache:
+        fail("%s: compile_for compiles the winners of autotune_cache, which is not given" % what)
+
+    # A cache that does not exist yet has nothing to compile: the load
+    # target fails at test time naming the command that creates it.
+    if compile_for and cache.exists != False:
+        kernels = compile_deps if compile_deps != None else kwargs.get("deps", [])
+        if is_select(kernels):
+            fail(select_error(what, "compile_deps (or deps)"))
+        triton_env = dict(COMPILE_TRITON_ENV)
+        for key, value in env.items():
+            if key.startswith("TRITON_") and key not in _TRITON_PLACES:
+                triton_env[key] = value
+        autotune_compiled_kernels(
+            name = name + COMPILED_SUFFIX,
+            cache = cache.label,
+            kernels = kernels,
+            targets = compile_for,
+            triton_env = triton_env,
+            tags = [t for t in tags if t not in gpu_tags],
+            visibility = ["//visibility:private"],
+        )
+        compiled = ":" + name + COMPILED_SUFFIX
+        load_data = load_data + [compiled]
+        # $(rootpath): a generated directory's exec path (bazel-out/...) is
+        # not where it sits in the test's runfiles.
+        load_flags.append("--autotune_compiled_kernels=$(rootpath %s)" % compiled)
+        load_env = dict(env)
+        load_env.update(triton_env)
 
     common = dict(kwargs)
     properties = test_exec_properties(what, exec_properties, gpu_exec_properties)
@@ -204,7 +257,7 @@ def gpu_autotuned_test(
     test_rule(
         name = name,
         data = load_data,
-        env = _test_env(what, env, load_flags),
+        env = _test_env(what, load_env, load_flags),
         tags = test_tags,
         **load_kwargs
     )

@@ -8,7 +8,11 @@ tests read them.
 
 # AUTOTUNE_FLAGS that take a comma-separated list: given twice, the values
 # are joined into one flag (the runtime keeps only one value per flag).
-LIST_FLAGS = ["load_autotune_results_from", "autotune_incumbents_from"]
+LIST_FLAGS = [
+    "load_autotune_results_from",
+    "autotune_incumbents_from",
+    "autotune_compiled_kernels",
+]
 
 # The spellings of the main repository's name: "" and "@" before Bzlmod
 # and on it (native.repository_name()), "@@" from Bazel 7 on.
