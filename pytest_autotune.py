@@ -28,8 +28,9 @@ INI_REQUIRE = "autotune_require_complete"
 INI_BACKEND = "autotune_backend"
 INI_DROPIN = "autotune_dropin"
 INI_VERSION_MATCH = "autotune_version_match"
+INI_COMPILED = "autotune_compiled"
 INI_KEYS = (INI_CACHE, INI_REQUIRE, INI_BACKEND, INI_DROPIN,
-            INI_VERSION_MATCH)
+            INI_VERSION_MATCH, INI_COMPILED)
 INI_TRUE = ("1", "true", "yes", "on")
 _PATH = dict(metavar="PATH", default=None)
 _SWITCH = dict(action="store_true", default=False)
@@ -56,6 +57,10 @@ _OPTIONS = (
      "missing)"),
     ("--autotune-report", _PATH,
      "write the session's autotune report (JSON) to PATH"),
+    ("--autotune-compiled", dict(metavar="DIR", default=None),
+     "kernels compiled ahead (`autotune_cache compile`): Triton loads a "
+     f"binary from DIR when its key matches (overrides the {INI_COMPILED} "
+     "ini key); DIR is code: only one you trust"),
 )
 # Their destinations on config.option.
 OPTIONS = tuple(keywords.get("dest", flag[2:].replace("-", "_"))
@@ -75,6 +80,9 @@ def pytest_addoption(parser):
     parser.addini(INI_VERSION_MATCH, "loose | strict: an entry tuned under "
                   "another Triton, torch or CUDA major.minor is a counted hit "
                   "(loose) or stale (strict)", default="")
+    parser.addini(INI_COMPILED, "directory of kernels compiled ahead "
+                  "(`autotune_cache compile`), relative to the ini file",
+                  default=None)
     parser.addini(INI_DROPIN, "true: route unedited @triton.autotune "
                   "kernels through the cache (as AUTOTUNE_FLAGS="
                   "--autotune_dropin)", default="false")
@@ -143,6 +151,7 @@ def override_ini_names(options):
 INI = types.SimpleNamespace(
     cache=INI_CACHE, require=INI_REQUIRE, backend=INI_BACKEND,
     dropin=INI_DROPIN, version_match=INI_VERSION_MATCH, keys=INI_KEYS,
+    compiled=INI_COMPILED,
     file_keys=ini_file_keys,
     override_names=override_ini_names)
 

@@ -38,6 +38,7 @@ from autotune.cli import cache_tool
 from autotune import log as autotune_log
 from autotune.log import printable
 from autotune.log import redact_text  # a URL's password never shows
+from autotune.measure import triton_cache
 from autotune.runtime import session as runtime_session
 
 BACKENDS = ("auto", "gpu", "interpreter")
@@ -66,6 +67,28 @@ def configure(config, ini):
     plugin = AutotunePlugin(config, settings)
     config.pluginmanager.register(plugin, "autotune-session")
     config.stash[_PLUGIN] = plugin
+
+
+def _compiled_dir(config, ini, ini_dir):
+    """--autotune-compiled / the ini key: an existing directory, made the
+    compiled kernels Triton's cache reads first
+    (autotune/measure/triton_cache.py); None when not given."""
+    given = config.option.autotune_compiled
+    if given:
+        path = os.path.join(str(config.invocation_params.dir), given)
+        source = "--autotune-compiled"
+    else:
+        value = str(config.getini(ini.compiled) or "").strip()
+        if not value:
+            return None
+        path = os.path.join(ini_dir, value)
+        source = f"ini {ini.compiled} {_ini_source(config, ini.compiled)}"
+    if not os.path.isdir(path):
+        raise _usage(f"{source}: {given or value} is not a directory (build "
+                     "it with `autotune_cache compile CACHE --target sm_90 "
+                     "-o DIR`)")
+    triton_cache.configure_environment([path])
+    return path
 
 
 def _usage(message):
@@ -153,6 +176,7 @@ class Settings:
                                            False)))
         settings.shown = shown
         settings.version_match = version_match or None
+        settings.compiled = _compiled_dir(config, ini, ini_dir)
         if not hasattr(config, "workerinput"):
             settings.check_paths()
         return settings
@@ -413,6 +437,9 @@ class AutotunePlugin:
         opts.dump_autotune_results_to = None
         opts.autotune_report_to = None
         sess = runtime_session.Session(opts)
+        # An update writes the cache: every differently specialised launch
+        # of a winner is recorded as a compile request.
+        sess.records_every_launch = bool(self.settings.update)
         sess.finished = True
         self.sessions.append(sess)
         _install(sess)

@@ -153,6 +153,33 @@ def test_another_triton_version_is_never_served(compiled, suite_dump,
     assert log.count("were built by Triton 2.0.0") == 1, log
 
 
+def _cache_tool(*args):
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "autotune_cache.py")]
+        + list(args), capture_output=True, text=True, cwd=ROOT, env=_env())
+
+
+def test_show_prints_and_verify_checks_the_requests(suite_dump, tmp_path):
+    shown = _cache_tool("show", suite_dump, "--compile_requests",
+                        "--kernel", "softmax_kernel")
+    assert shown.returncode == 0, shown.stderr
+    assert "autotune.kernels.softmax:softmax_kernel(x:*fp32:D" in shown.stdout
+    assert _cache_tool("verify", suite_dump).stdout.endswith("verify: ok\n")
+    # A request that names another config than the winner: a finding.
+    text = open(suite_dump).read()
+    wrong = tmp_path / "wrong.textproto"
+    first = text.index('options: "num_ctas=1 num_stages=')
+    end = text.index('"', first + len('options: "'))
+    options = text[first:end]
+    warps = options.rsplit("num_warps=", 1)
+    wrong.write_text(text[:first] + warps[0] + "num_warps=16" +
+                     text[end:])
+    verified = _cache_tool("verify", str(wrong))
+    assert verified.returncode == 1, verified.stdout + verified.stderr
+    assert "compile request does not describe the winner: compile request " \
+        "has num_warps=16" in verified.stdout
+
+
 def test_private_cache_under_bazel(monkeypatch, tmp_path):
     from autotune.measure import triton_cache
     env = {"TEST_TMPDIR": str(tmp_path)}

@@ -35,6 +35,7 @@ from autotune.cache import merge
 from autotune.cache import io as cache_io
 from autotune.cache.io import materialize, read_cache, stats, write_cache
 from autotune.cli import compile_cache, merge_driver, remote_tool, report
+from autotune.measure import compile_requests
 from autotune.report import summary
 from autotune.records import (KEY_VERSION, Config, major_minor,
                               tuned_with_triton)
@@ -102,6 +103,8 @@ def candidate_table(record):
 def cmd_show(args):
     if args.candidates:
         return _show_candidates(args)
+    if args.compile_requests:
+        return _show_compile_requests(args)
     if args.kernel:
         raise ToolError("show: --kernel goes with --candidates")
     out = []
@@ -202,6 +205,37 @@ class Diff:
                           else ""))
         return summary.at_most(map(printable, generate()),
                                sum(self.counts()), limit)
+
+
+def _show_compile_requests(args):
+    """Every entry's compile requests (what `compile` builds)."""
+    out = []
+    for path in args.paths:
+        for entry in sorted(read_cache(path, parse_all=True),
+                            key=summary.entry_sort_key):
+            if args.kernel and entry.key.kernel != args.kernel:
+                continue
+            out.append({"path": path, "device": entry.key.device,
+                        "kernel": entry.key.kernel,
+                        "signature": entry.key.signature,
+                        "best": entry.best.short(),
+                        "compile_requests": [r._asdict() for r in
+                                             entry.compile_requests]})
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    for item in out:
+        print(printable(f"{item['path']}: {item['kernel']} "
+                        f"[{item['signature']}] on {item['device']}: "
+                        f"{item['best']}"))
+        for request in item["compile_requests"]:
+            print(printable(f"  {request['kernel']}({request['arguments']})"
+                            f" [{request['options']}] triton "
+                            f"{request['triton_version']}"))
+        if not item["compile_requests"]:
+            print("  no compile request (record one with a dump or an "
+                  "update)")
+    return 0
 
 
 def cmd_diff(args):
@@ -410,6 +444,11 @@ def cmd_verify(args):
                         f"{path}: {entry.key.kernel} [{entry.key.signature}]"
                         f" on {entry.key.device}: {never} offered config(s) "
                         "never measured"))
+            for request in entry.compile_requests:
+                reason = compile_requests.mismatch(request, entry)
+                if reason:
+                    problems.append("compile request does not describe the "
+                                    f"winner: {reason}")
             for problem in problems:
                 findings += 1
                 print(printable(f"{path}: {entry.key.kernel} "
@@ -644,7 +683,11 @@ def build_parser():
                    help="per fusion, every candidate with its time, ratio "
                    "to the winner, spread and failure, and why the winner "
                    "won")
-    p.add_argument("--kernel", help="with --candidates: only this kernel")
+    p.add_argument("--compile_requests", "--compile-requests",
+                   dest="compile_requests", action="store_true",
+                   help="per entry, the recorded launches `compile` builds")
+    p.add_argument("--kernel", help="with --candidates or "
+                   "--compile_requests: only this kernel")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("diff", help="added, removed and changed entries; "

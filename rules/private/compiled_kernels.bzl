@@ -9,8 +9,11 @@ hands its directory to the test (--autotune_compiled_kernels).
 """
 
 def _import_roots(files):
-    """Where the action finds the kernels' Python modules: the execroot
-    and each external repository's root, for source and generated files."""
+    """Where the action finds the kernels' Python modules.
+
+    The execroot and each external repository's root, for source and
+    generated files.
+    """
     roots = {".": None}
     for f in files:
         root = f.root.path
@@ -22,6 +25,7 @@ def _import_roots(files):
     return roots.keys()
 
 def _compiled_kernels_impl(ctx):
+    """Runs `autotune_cache compile` over the cache into a directory."""
     out = ctx.actions.declare_directory(ctx.label.name)
     kernel_files = depset(
         transitive = [d[DefaultInfo].files for d in ctx.attr.kernels] +

@@ -235,6 +235,7 @@ def gpu_autotuned_test(
         )
         compiled = ":" + name + COMPILED_SUFFIX
         load_data = load_data + [compiled]
+
         # $(rootpath): a generated directory's exec path (bazel-out/...) is
         # not where it sits in the test's runfiles.
         load_flags.append("--autotune_compiled_kernels=$(rootpath %s)" % compiled)
