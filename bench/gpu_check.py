@@ -81,6 +81,12 @@ SECTIONS = [
 OPTIONAL_SECTIONS = [
     # 20 configs serially (8 s each: 160 s) against 8 jobs (25 s).
     ("compile_jobs", 200),
+    # The example suite tuned once (compiles ahead in 8 jobs: 20-30 s),
+    # its winners compiled for the GPU by `autotune_cache compile` (6
+    # binaries, bf16 about 1 s each, in parallel: 5 s with start-up), then
+    # two load runs with fresh Triton caches, without and with the
+    # compiled kernels (6-8 s each): about 50 s.
+    ("compiled", 80),
 ]
 TOTAL_S = float(os.environ.get("GPU_CHECK_LIMIT_S", "300")) - 10.0
 # The dry run interprets every kernel on a CI machine: the same sections,
@@ -122,6 +128,8 @@ FIGURES = {
     "kernels": ["matmul", "copy_gbps", "rows"],
     "compile_jobs": ["cold_tuning_s_1_job", "cold_tuning_s_all_jobs",
                      "jobs"],
+    "compiled": ["target", "compile", "load_without_compiled",
+                 "load_with_compiled"],
 }
 
 
@@ -783,6 +791,86 @@ def section_compile_jobs(out, dry_run, env):
         out[label] = _figure(result["ours"][0])
 
 
+def _gpu_target(dry_run):
+    if dry_run:
+        return "sm_90"  # compiled on this CPU; the interpreter never loads
+    import torch
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+def _binaries_in(cache_dir):
+    return sum(name.endswith((".cubin", ".hsaco"))
+               for _, _, names in os.walk(cache_dir) for name in names)
+
+
+def section_compiled(out, dry_run, env):
+    """What compile_for saves on a GPU runner: the example suite's winners
+    compiled on the CPU by `autotune_cache compile`, then a load run of
+    the suite in a fresh Triton cache without them (every winner compiled
+    here) and with them (none should be): wall time and the binaries each
+    run compiled."""
+    example = "examples/xla_style_test.py" if dry_run else \
+        "examples/fused_kernels_test.py"
+    work = tempfile.mkdtemp(prefix="gpu_check_compiled.")
+    # In the dump run's test outputs, as a dump target writes it.
+    cache = os.path.join(work, "tune", "autotune_cache.textproto")
+    triton_env = {"TRITON_DEFAULT_FP_FUSION": "1"}
+    target = out["target"] = _gpu_target(dry_run)
+
+    def run_suite(flags, label):
+        cache_dir = tempfile.mkdtemp(prefix=f"gpu_check_{label}.",
+                                     dir=work)
+        outputs = os.path.join(work, label)
+        os.makedirs(outputs, exist_ok=True)
+        run_env = dict(env, TRITON_CACHE_DIR=cache_dir,
+                       TEST_UNDECLARED_OUTPUTS_DIR=outputs,
+                       AUTOTUNE_FLAGS=flags, **triton_env)
+        start = time.perf_counter()
+        proc = run_group([sys.executable, example], cwd=ROOT, env=run_env)
+        result = {"ok": proc.returncode == 0,
+                  "wall_seconds": round(time.perf_counter() - start, 2),
+                  "binaries_compiled": _binaries_in(cache_dir)}
+        if not result["ok"]:
+            print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+        log(f"{label}: {'ok' if result['ok'] else 'FAILED'}, "
+            f"{result['wall_seconds']} s, {result['binaries_compiled']} "
+            "binaries compiled")
+        return result
+
+    tuned = run_suite(f"--dump_autotune_results_to={cache}", "tune")
+    if not tuned["ok"]:
+        out["ok"] = False
+        return
+    compiled = os.path.join(work, "compiled")
+    jobs = min(os.cpu_count() or 1, 8)
+    start = time.perf_counter()
+    proc = run_group(
+        [sys.executable, os.path.join(ROOT, "tools", "autotune_cache.py"),
+         "compile", cache, "--target", target, "-o", compiled, "--jobs",
+         str(jobs)] + [f"--triton_env={k}={v}" for k, v in
+                       triton_env.items()], cwd=ROOT, env=env)
+    wall = time.perf_counter() - start
+    manifest = {}
+    if os.path.exists(os.path.join(compiled, "autotune-compiled.json")):
+        with open(os.path.join(compiled, "autotune-compiled.json")) as f:
+            manifest = json.load(f)
+    out["compile"] = {"ok": proc.returncode == 0, "jobs": jobs,
+                      "wall_seconds": round(wall, 2),
+                      "compile_seconds": manifest.get("compile_seconds"),
+                      "binaries": manifest.get("built"),
+                      "entries_without_request":
+                          manifest.get("entries_without_request")}
+    log(f"compile for {target}: {out['compile']}")
+    load = (f"--load_autotune_results_from={cache} "
+            "--require_complete_autotune_results")
+    out["load_without_compiled"] = run_suite(load, "without")
+    out["load_with_compiled"] = run_suite(
+        f"{load} --autotune_compiled_kernels={compiled}", "with")
+    out["ok"] = out["compile"]["ok"] and all(
+        out[k]["ok"] for k in ("load_without_compiled", "load_with_compiled"))
+
+
 def _tune_example(dry_run):
     import torch
 
@@ -803,7 +891,8 @@ SECTION_FUNCTIONS = {"preflight": section_preflight, "tests": section_tests,
                      "suite": section_suite,
                      "side_by_side": section_side_by_side,
                      "kernels": section_kernels,
-                     "compile_jobs": section_compile_jobs}
+                     "compile_jobs": section_compile_jobs,
+                     "compiled": section_compiled}
 
 
 # -- the report -------------------------------------------------------------

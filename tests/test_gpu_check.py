@@ -178,3 +178,26 @@ def test_side_by_side_gives_each_tuner_its_own_kernel_and_cache():
     dirs = gpu_check._SIDE_CACHE_DIRS
     assert dirs["ours"] != dirs["theirs"]
     assert os.environ.get("TRITON_CACHE_DIR") == before
+
+
+def test_compiled_section_dry_run(tmp_path):
+    """--sections compiled on the interpreter: the suite's winners are
+    compiled for sm_90 on this CPU and both load runs pass (the
+    interpreter compiles nothing, so both record 0 binaries)."""
+    env = dict(os.environ, PYTHON=sys.executable)
+    env.pop("AUTOTUNE_FLAGS", None)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"),
+         "--dry-run", "--sections", "compiled", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    with open(tmp_path / "gpu_check.json") as f:
+        section = json.load(f)["sections"]["compiled"]
+    assert section["status"] == "ok", section
+    results = section["results"]
+    for figure in gpu_check.FIGURES["compiled"]:
+        assert figure in results, figure
+    assert results["target"] == "sm_90"
+    assert results["compile"]["binaries"] >= 1
+    assert results["compile"]["entries_without_request"] == 0
+    assert results["load_with_compiled"]["binaries_compiled"] == 0
