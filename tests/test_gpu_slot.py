@@ -346,3 +346,17 @@ def test_regenerate_refuses_a_relative_lock_directory(tmp_path, monkeypatch):
                        "absolute"):
         regenerate.slot_args([], {"AUTOTUNE_LOCK_DIR": "locks"})
     assert os.listdir(tmp_path) == []
+
+
+def test_regenerate_hands_a_persistent_triton_cache_to_the_dump_targets(
+        tmp_path):
+    from autotune.cli import regenerate
+    folder = str(tmp_path / "triton")
+    assert regenerate.triton_cache_args({"TRITON_CACHE_DIR": folder}) == [
+        f"--test_env=TRITON_CACHE_DIR={folder}",
+        f"--sandbox_writable_path={folder}"]
+    assert os.path.isdir(folder)
+    assert regenerate.triton_cache_args({}) == []
+    with pytest.raises(regenerate.RegenerateError) as raised:
+        regenerate.triton_cache_args({"TRITON_CACHE_DIR": "cache"})
+    assert "relative path" in str(raised.value)

@@ -309,6 +309,30 @@ def slot_args(bazel_args, env=None, workspace=None):
     return args
 
 
+def triton_cache_args(env=None):
+    """A GPU runner's persistent Triton cache, handed to the dump targets
+    as the lock folder is: TRITON_CACHE_DIR of regenerate's environment
+    (an absolute path) made writable in their sandbox. Without it each
+    dump target compiles into a private folder under its TEST_TMPDIR
+    (autotune/measure/triton_cache.py)."""
+    env = os.environ if env is None else env
+    folder = env.get("TRITON_CACHE_DIR")
+    if not folder:
+        return []
+    if not os.path.isabs(folder):
+        raise RegenerateError(
+            f"TRITON_CACHE_DIR={folder}: a relative path, which each dump "
+            "target would resolve in its own runfiles tree; give an "
+            "absolute one")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise RegenerateError(f"TRITON_CACHE_DIR={folder}: cannot create "
+                              f"it ({e.strerror or e})") from None
+    return [f"--test_env=TRITON_CACHE_DIR={folder}",
+            f"--sandbox_writable_path={folder}"]
+
+
 def gpu_slot_label(env=None, workspace=None):
     """The label of tools:gpu_slot as the workspace being regenerated
     names it: //tools:gpu_slot in rules_autotune itself; else
@@ -358,6 +382,7 @@ def run_dump_targets(bazel, targets, cwd, bazel_args, retune=False):
     symlinks are set up)."""
     bazel_args = (list(bazel_args)
                   + slot_args(bazel_args, workspace=find_workspace(cwd))
+                  + triton_cache_args()
                   + output_args(bazel_release(bazel, cwd)))
     with tempfile.TemporaryDirectory() as tmp:
         events = os.path.join(tmp, "events.json")
