@@ -199,3 +199,77 @@ def test_the_gpu_pool_is_a_property_of_the_test_action_only(workspace,
     assert spawns[("TestRunner", "compiled_test")] == {"gpu-h100"}, spawns
     assert spawns[("CppCompile", "compiled_test")] == {None}, spawns
     assert spawns[("CppLink", "compiled_test")] == {None}, spawns
+
+
+FLEET_TYPES = """\
+    load("//rules:defs.bzl", "gpu_type")
+
+    # Declared once per project, reused by every BUILD file.
+    H100 = gpu_type(device = "H100", exec_properties = {"Pool": "h100"},
+                    tags = ["gpu-large"])
+    A100 = gpu_type(device = "A100", exec_properties = {"Pool": "a100"})
+    CPU = gpu_type(device = "triton-interpreter")
+    FLEET = {"h100": H100, "a100": A100, "cpu": CPU}
+"""
+
+FLEET = """\
+    load("@rules_python//python:defs.bzl", "py_test")
+    load("//rules:defs.bzl", "gpu_autotuned_test")
+    load(":types.bzl", "FLEET")
+
+    gpu_autotuned_test(
+        name = "kernels_test",
+        srcs = ["//examples:xla_style_test.py"],
+        main = "xla_style_test.py",
+        autotune_cache = "//testdata:xla_style.textproto",
+        require_complete = True,
+        gpu_types = FLEET,
+        test_rule = py_test,
+        deps = ["//:autotune"],
+    )
+"""
+
+
+def test_gpu_types_make_one_routed_target_per_type(workspace):
+    """gpu_types: `<name>_<type>` load and dump targets with the type's
+    tags and `test.` properties in a test_suite `<name>`; on the
+    interpreter the cpu type passes and a GPU type fails at once with one
+    line naming the GPU it needs and the device it got."""
+    add_package(workspace, "fleet", FLEET)
+    with open(os.path.join(workspace, "fleet", "types.bzl"), "w") as f:
+        f.write(textwrap.dedent(FLEET_TYPES))
+    exports = os.path.join(workspace, "examples", "BUILD.bazel")
+    with open(exports, "a") as f:
+        f.write('\nexports_files(["xla_style_test.py"])\n')
+    result = suite.bazel(workspace, ["query", "--output=build",
+                                     "//fleet:all"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = result.stdout
+    print(text)
+    for key, pool in (("h100", "h100"), ("a100", "a100")):
+        for name in (f"kernels_test_{key}", f"kernels_test_{key}_autotune_dump"):
+            assert build_attribute(text, name, "exec_properties") == \
+                f'{{"test.Pool": "{pool}"}}', (name, text)
+            tags = build_attribute(text, name, "tags")
+            assert f'"gpu-{key}"' in tags and '"gpu"' in tags, tags
+    assert '"gpu-large"' in build_attribute(text, "kernels_test_h100", "tags")
+    cpu_tags = build_attribute(text, "kernels_test_cpu", "tags")
+    assert '"gpu-cpu"' in cpu_tags and '"requires-gpu-nvidia"' not in cpu_tags
+    suite_tests = re.search(r'test_suite\(\n  name = "kernels_test",.*?'
+                            r'\n  tests = (.*?)\n', text, re.S).group(1)
+    assert all(f"//fleet:kernels_test_{k}" in suite_tests
+               for k in ("a100", "cpu", "h100")), suite_tests
+
+    ran = suite.bazel(workspace, ["test", "//fleet:kernels_test_cpu",
+                                  "//fleet:kernels_test_h100",
+                                  "--test_output=errors"])
+    out = ran.stdout + ran.stderr
+    assert ran.returncode != 0
+    assert re.search(r"//fleet:kernels_test_cpu\s.*PASSED", out), out[-3000:]
+    assert re.search(r"//fleet:kernels_test_h100\s.*FAILED", out), out[-3000:]
+    assert "this test may only run on a H100, and this run is on " \
+        "cpu/triton-interpreter" in out, out[-3000:]
+    # One pool's share.
+    filtered = suite.bazel(workspace, ["test", "//fleet:all",
+                                       "--test_tag_filters=gpu-cpu"])
+    assert filtered.returncode == 0, (filtered.stdout + filtered.stderr)[-3000:]

@@ -96,6 +96,37 @@ def _test_env(what, env, flags):
         )
     return out
 
+INTERPRETER_DEVICE = "triton-interpreter"
+
+def gpu_type(device, exec_properties = {}, tags = [], exec_compatible_with = []):
+    """One GPU type of a fleet, for gpu_autotuned_test(gpu_types = {...}).
+
+    Declare a project's types once in a .bzl of its own and reuse them.
+
+    Args:
+      device: what the device key of that GPU contains, for example "H100"
+        or "A100" (its name), or "triton-interpreter" for CPU CI.
+      exec_properties: execution properties of that type's test actions
+        alone (each key gets Bazel's `test.` prefix), e.g. {"Pool": "h100"}.
+      tags: tags of that type's targets (`gpu-<type>` is always added).
+      exec_compatible_with: constraint values of that type's executors.
+
+    Returns:
+      A struct for gpu_types.
+    """
+    if type(device) != type("") or not device:
+        fail("gpu_type: device must be a non-empty string, e.g. \"H100\"")
+    if type(exec_properties) != type({}):
+        fail("gpu_type(device = %r): exec_properties must be a dict" % device)
+    if type(tags) != type([]) or type(exec_compatible_with) != type([]):
+        fail("gpu_type(device = %r): tags and exec_compatible_with must be lists" % device)
+    return struct(
+        device = device,
+        exec_properties = exec_properties,
+        tags = tags,
+        exec_compatible_with = exec_compatible_with,
+    )
+
 def gpu_autotuned_test(
         name,
         test_rule,
@@ -114,6 +145,7 @@ def gpu_autotuned_test(
         gpu_exec_properties = None,
         compile_for = [],
         compile_deps = None,
+        gpu_types = None,
         **kwargs):
     """A GPU test that loads a checked-in autotune cache, plus a dump target.
 
@@ -172,8 +204,107 @@ def gpu_autotuned_test(
         Needs autotune_cache.
       compile_deps: the libraries that provide the kernels, for that
         action (default: deps).
+      gpu_types: {type name: gpu_type(...)}: one load target per type,
+        `<name>_<type>` (tags: the type's and `gpu-<type>`; the type's
+        test action properties and exec_compatible_with; failing at once
+        on a device of another type), a dump target per type likewise, and
+        `name` a test_suite of the load targets. Not with gpu_type.
       **kwargs: passed to test_rule for both targets.
     """
+    if gpu_types == None:
+        _gpu_autotuned_test(
+            name = name,
+            test_rule = test_rule,
+            autotune_cache = autotune_cache,
+            per_fusion_cache_dir = per_fusion_cache_dir,
+            per_fusion_cache_files = per_fusion_cache_files,
+            require_complete = require_complete,
+            gpu_type = gpu_type,
+            gpu_tags = gpu_tags,
+            autotune_flags = autotune_flags,
+            data = data,
+            env = env,
+            tags = tags,
+            shard_count = shard_count,
+            exec_properties = exec_properties,
+            gpu_exec_properties = gpu_exec_properties,
+            compile_for = compile_for,
+            compile_deps = compile_deps,
+            **kwargs
+        )
+        return
+    what = "gpu_autotuned_test(name = %r)" % name
+    if gpu_type != None:
+        fail("%s: give gpu_type or gpu_types, not both" % what)
+    if type(gpu_types) != type({}) or not gpu_types:
+        fail("%s: gpu_types must be a non-empty dict of gpu_type(...)" % what)
+    tests = []
+    for key in sorted(gpu_types.keys()):
+        kind = gpu_types[key]
+        if not hasattr(kind, "device") or not hasattr(kind, "exec_properties"):
+            fail("%s: gpu_types[%r] is not a gpu_type(...)" % (what, key))
+        properties = dict(gpu_exec_properties or {})
+        for prop, value in kind.exec_properties.items():
+            if prop in properties and properties[prop] != value:
+                fail("%s: gpu_types[%r]: exec property %r given twice with two values" % (what, key, prop))
+            properties[prop] = value
+        type_tags = list(tags) + [t for t in kind.tags if t not in tags]
+        if "gpu-" + key.lower() not in type_tags:
+            type_tags.append("gpu-" + key.lower())
+        extra = dict(kwargs)
+        if kind.exec_compatible_with:
+            extra["exec_compatible_with"] = kind.exec_compatible_with
+        one = {p: v for p, v in [
+            ("name", name),
+            ("test_rule", test_rule),
+            ("autotune_cache", autotune_cache),
+            ("per_fusion_cache_dir", per_fusion_cache_dir),
+            ("per_fusion_cache_files", per_fusion_cache_files),
+            ("require_complete", require_complete),
+            ("gpu_type", gpu_type),
+            ("gpu_tags", gpu_tags),
+            ("autotune_flags", autotune_flags),
+            ("data", data),
+            ("env", env),
+            ("tags", tags),
+            ("shard_count", shard_count),
+            ("exec_properties", exec_properties),
+            ("gpu_exec_properties", gpu_exec_properties),
+            ("compile_for", compile_for),
+            ("compile_deps", compile_deps),
+        ]}
+        one.update(
+            name = "%s_%s" % (name, key),
+            gpu_type = kind.device,
+            tags = type_tags,
+            gpu_tags = [] if kind.device == INTERPRETER_DEVICE else gpu_tags,
+            gpu_exec_properties = properties or None,
+        )
+        one.update(extra)
+        _gpu_autotuned_test(**one)
+        tests.append(":%s_%s" % (name, key))
+    native.test_suite(name = name, tests = tests)
+
+def _gpu_autotuned_test(
+        name,
+        test_rule,
+        autotune_cache = None,
+        per_fusion_cache_dir = None,
+        per_fusion_cache_files = [],
+        require_complete = False,
+        gpu_type = None,
+        gpu_tags = DEFAULT_GPU_TAGS,
+        autotune_flags = [],
+        data = [],
+        env = {},
+        tags = [],
+        shard_count = None,
+        exec_properties = None,
+        gpu_exec_properties = None,
+        compile_for = [],
+        compile_deps = None,
+        **kwargs):
+    """One load target and its dump target: gpu_autotuned_test's work."""
     what = "gpu_autotuned_test(name = %r)" % name
     if autotune_cache and per_fusion_cache_dir:
         fail("%s: give autotune_cache or per_fusion_cache_dir, not both" % what)
@@ -250,7 +381,9 @@ def gpu_autotuned_test(
         common["exec_properties"] = properties.value
     test_tags = [t for t in tags if t not in gpu_tags] + gpu_tags
     if gpu_type:
-        test_tags.append("gpu-" + gpu_type.lower())
+        tag = "gpu-" + gpu_type.lower()
+        if gpu_type != INTERPRETER_DEVICE and tag not in test_tags:
+            test_tags.append(tag)
 
     load_kwargs = dict(common)
     if shard_count != None:
