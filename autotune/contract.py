@@ -7,5 +7,6 @@ DUMP_SUFFIX = "_autotune_dump"          # gpu_autotuned_test NAME's dump target
 DUMP_FILE = "autotune_cache.textproto"  # in TEST_UNDECLARED_OUTPUTS_DIR
 DUMP_TAG = "autotune_dump"              # every dump target carries it
 CACHE_TAG_PREFIX = "autotune_cache="    # + the cache's workspace path
+DEVICE_TAG_PREFIX = "autotune_device="  # + a gpu_type's device (dump targets)
 REPORT_FILE = "autotune_report.json"    # beside the dump
 REGENERATE_COMMAND = "bazel run @rules_autotune//tools:regenerate"

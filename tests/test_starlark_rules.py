@@ -10,6 +10,7 @@ no analysis test can catch: those are driven here with `bazel query`.
 """
 import os
 import re
+import subprocess
 import sys
 import textwrap
 
@@ -245,7 +246,6 @@ def test_gpu_types_make_one_routed_target_per_type(workspace):
                                      "//fleet:all"])
     assert result.returncode == 0, result.stderr[-3000:]
     text = result.stdout
-    print(text)
     for key, pool in (("h100", "h100"), ("a100", "a100")):
         for name in (f"kernels_test_{key}", f"kernels_test_{key}_autotune_dump"):
             assert build_attribute(text, name, "exec_properties") == \
@@ -273,3 +273,30 @@ def test_gpu_types_make_one_routed_target_per_type(workspace):
     filtered = suite.bazel(workspace, ["test", "//fleet:all",
                                        "--test_tag_filters=gpu-cpu"])
     assert filtered.returncode == 0, (filtered.stdout + filtered.stderr)[-3000:]
+
+
+def test_regenerate_runs_only_the_local_types_dump_targets(workspace):
+    """On this machine (the interpreter) regenerate runs the cpu type's
+    dump target, names the GPU types it left to other machines, and
+    `--gpu_type A100` says what an A100 machine would run."""
+    if not os.path.isdir(os.path.join(workspace, "fleet")):
+        test_gpu_types_make_one_routed_target_per_type(workspace)
+
+    def regenerate(*args):
+        return subprocess.run(
+            [sys.executable, os.path.join(workspace, "tools", "regenerate.py")]
+            + list(args), cwd=workspace, capture_output=True, text=True)
+    plan = regenerate("--gpu_type", "A100", "//fleet:all")
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "on a machine with a A100, regenerate runs 1 dump target(s): " \
+        "//fleet:kernels_test_a100_autotune_dump" in plan.stderr, plan.stderr
+    ran = regenerate("//fleet:all")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "left to machines with another GPU (this one is " \
+        "cpu/triton-interpreter" in ran.stderr, ran.stderr
+    assert "//fleet:kernels_test_a100_autotune_dump (needs a A100)" in \
+        ran.stderr and "//fleet:kernels_test_h100_autotune_dump (needs a " \
+        "H100)" in ran.stderr, ran.stderr
+    # The cpu type's dump target and the example sharing its cache; not
+    # the two GPU types' (4 otherwise).
+    assert "running 2 dump target(s)" in ran.stderr, ran.stderr

@@ -80,7 +80,8 @@ from autotune.cli.cache_tool import WORKSPACE_MARKERS, find_workspace
 from autotune.flags import RETUNE_ENV_VAR
 from autotune.report import page, summary
 
-from autotune.contract import (CACHE_TAG_PREFIX as CACHE_TAG,
+from autotune.contract import (DEVICE_TAG_PREFIX,
+                               CACHE_TAG_PREFIX as CACHE_TAG,
                                DUMP_FILE, DUMP_SUFFIX, DUMP_TAG,
                                REGENERATE_COMMAND as COMMAND, REPORT_FILE)
 
@@ -198,6 +199,62 @@ def _parse_query_xml(text):
         caches = [t[len(CACHE_TAG):] for t in tags if t.startswith(CACHE_TAG)]
         targets[name] = caches[0] if caches else None
     return targets
+
+
+def find_target_devices(bazel, targets, cwd, bazel_args):
+    """{dump target: the device its gpu_type names} for the targets that
+    have one (tag autotune_device=...)."""
+    query = bazel_args if isinstance(bazel_args, QueryArgs) \
+        else QueryArgs(bazel_args)
+    expr = f'attr("tags", "{DEVICE_TAG_PREFIX}", set({" ".join(targets)}))'
+    result = query.run(bazel, [expr, "--output=xml"], cwd)
+    if result.returncode != 0:
+        raise RegenerateError(_query_error(result))
+    if not result.stdout.strip():
+        return {}
+    devices = {}
+    for rule in ET.fromstring(result.stdout).iter("rule"):
+        for lst in rule.iter("list"):
+            if lst.get("name") == "tags":
+                for s in lst.iter("string"):
+                    value = s.get("value") or ""
+                    if value.startswith(DEVICE_TAG_PREFIX):
+                        devices[rule.get("name")] = \
+                            value[len(DEVICE_TAG_PREFIX):]
+    return devices
+
+
+def local_device_key(env=None):
+    """The device key of this machine, as the dump targets' runtime will
+    compute it (in a child process: no GPU context held while they run)."""
+    env = dict(os.environ if env is None else env)
+    env.pop("AUTOTUNE_FLAGS", None)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                  if p])
+    proc = subprocess.run(
+        [sys.executable, "-c", "import autotune\n"
+         "from autotune.measure import backends\n"
+         "print(backends.select_backend('auto').device_key())"],
+        capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RegenerateError(f"cannot tell this machine's device: {tail}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def split_by_device(targets, devices, local):
+    """(targets to run here, {target: device} left to other machines): a
+    dump target whose gpu_type's device the local device key does not
+    contain is left (it would fail at once on this device)."""
+    here, left = {}, {}
+    for target, cache in targets.items():
+        device = devices.get(target)
+        if device and device.lower() not in local.lower():
+            left[target] = device
+        else:
+            here[target] = cache
+    return here, left
 
 
 def split_target_pattern(pattern):
@@ -602,6 +659,10 @@ def main(argv=None):
                         "(before the command); under `bazel run` the "
                         "output base of the calling bazel is passed "
                         "already")
+    parser.add_argument("--gpu_type", metavar="DEVICE",
+                        help="say which dump targets need a machine whose "
+                        "device key contains DEVICE (a gpu_type's device, "
+                        "e.g. A100), and run nothing")
     parser.add_argument("--retune", action="store_true",
                         help="re-measure every fusion, the checked-in "
                         "configs as incumbents (a new GPU, driver or Triton "
@@ -636,6 +697,25 @@ def main(argv=None):
                   "targets, their packages, or a pattern such as //...",
                   file=sys.stderr)
             return 2
+        devices = find_target_devices(bazel, targets, cwd,
+                                      QueryArgs(args.bazel_arg)) \
+            if targets else {}
+        if args.gpu_type:
+            return _print_gpu_type_plan(targets, devices, args.gpu_type)
+        if devices:
+            local = local_device_key()
+            targets, left = split_by_device(targets, devices, local)
+            if left:
+                print("regenerate: left to machines with another GPU ("
+                      f"this one is {local}): " + ", ".join(
+                          f"{t} (needs a {d})" for t, d in sorted(
+                              left.items())) + "; run regenerate there; "
+                      "each merges its entries into the same cache file",
+                      file=sys.stderr)
+            if not targets:
+                print("regenerate: no dump target runs on this machine",
+                      file=sys.stderr)
+                return 0
         print(f"regenerate: running {len(targets)} dump target(s) unsharded; "
               + ("--retune: re-measuring every fusion, checked-in configs as "
                  "incumbents" if args.retune else
@@ -658,6 +738,24 @@ def main(argv=None):
     finally:
         remove_placeholders([p for p in placeholders
                              if p not in regenerated])
+
+
+def _print_gpu_type_plan(targets, devices, device):
+    """--gpu_type DEVICE: the dump targets that need such a machine."""
+    needed = sorted(t for t, d in devices.items()
+                    if d.lower() == device.lower())
+    if not needed:
+        known = sorted(set(devices.values()))
+        print(f"regenerate: no dump target needs a {device} (gpu_type "
+              f"devices here: {', '.join(known) or 'none'})",
+              file=sys.stderr)
+        return 2
+    caches = sorted({targets[t] for t in needed if targets.get(t)})
+    print(f"regenerate: on a machine with a {device}, regenerate runs "
+          f"{len(needed)} dump target(s): {', '.join(needed)}; they write "
+          f"{', '.join(caches) or 'no cache'} (other devices' entries "
+          "kept)", file=sys.stderr)
+    return 0
 
 
 def _options_after_dashes(parser, argv):

@@ -23,6 +23,7 @@ DUMP_SUFFIX = "_autotune_dump"
 DUMP_FILE = "autotune_cache.textproto"
 DUMP_TAG = "autotune_dump"
 CACHE_TAG_PREFIX = "autotune_cache="
+DEVICE_TAG_PREFIX = "autotune_device="
 DEFAULT_GPU_TAGS = ["gpu", "requires-gpu-nvidia"]
 
 REGENERATE_COMMAND = "bazel run @rules_autotune//tools:regenerate"
@@ -404,6 +405,9 @@ def _gpu_autotuned_test(
     ]
     if cache:
         dump_tags.append(CACHE_TAG_PREFIX + cache.path)
+    if gpu_type:
+        # Regenerate runs a dump target only where the device matches.
+        dump_tags.append(DEVICE_TAG_PREFIX + gpu_type)
     if cache and cache.exists != False:
         # The checked-in entries are incumbents: a fusion whose entry
         # matches is a hit, dumped as it is without measuring; a missing or

@@ -84,6 +84,7 @@ def _dump_target_test_impl(ctx):
         "manual",
         "autotune_dump",
         "autotune_cache=rules/tests/testdata/golden_cache.pb",
+        "autotune_device=H200",
     ]), recorded.tags)
     asserts.equals(env, 1, recorded.shard_count)
     asserts.equals(env, " ".join([
