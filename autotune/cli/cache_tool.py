@@ -105,6 +105,8 @@ def cmd_show(args):
         return _show_candidates(args)
     if args.compile_requests:
         return _show_compile_requests(args)
+    if args.coverage:
+        return _show_coverage(args)
     if args.kernel:
         raise ToolError("show: --kernel goes with --candidates")
     out = []
@@ -205,6 +207,63 @@ class Diff:
                           else ""))
         return summary.at_most(map(printable, generate()),
                                sum(self.counts()), limit)
+
+
+def coverage(entries, tuners=None):
+    """Per device: which of the cache's fusions (kernel and signature, on
+    any device) it has entries for, which are missing, which stale (with
+    tuners, tree_autotuners: the tree's kernels), and when it was last
+    tuned. The suite's fusions are those some device has an entry for:
+    a type that lacks one is missing it."""
+    fusions = sorted({(e.key.kernel, e.key.signature) for e in entries})
+    by_device = {}
+    for entry in entries:
+        by_device.setdefault(entry.key.device, []).append(entry)
+    rows = []
+    for device, held in sorted(by_device.items()):
+        have = {(e.key.kernel, e.key.signature) for e in held}
+        stale = sorted({(e.key.kernel, e.key.signature) for e in held
+                        if tuners is not None and
+                        tree_stale_reason(e, tuners)})
+        stamps = [e.provenance.timestamp for e in held
+                  if e.provenance.timestamp]
+        rows.append({
+            "device": device, "fusions": len(fusions),
+            "entries": len(have),
+            "missing": [f"{k} [{sig}]" for k, sig in fusions
+                        if (k, sig) not in have],
+            "stale": [f"{k} [{sig}]" for k, sig in stale],
+            "last_tuned": max(stamps) if stamps else None})
+    return rows
+
+
+def _show_coverage(args):
+    """show --coverage: the coverage table of each cache."""
+    tuners = tree_autotuners(args.kernel_module) if args.kernel_module \
+        else None
+    out = []
+    for path in args.paths:
+        rows = coverage(read_cache(path, parse_all=True), tuners)
+        out.append({"path": path, "devices": rows,
+                    "stale_checked": tuners is not None})
+    if args.json:
+        print(json.dumps(out if len(out) > 1 else out[0], indent=2))
+        return 0
+    for item in out:
+        print(printable(f"{item['path']}: coverage by device"
+                        + ("" if item["stale_checked"] else
+                           " (stale not checked: give --kernel_module)")))
+        for row in item["devices"]:
+            print(printable(
+                f"  {row['device']}: {row['entries']}/{row['fusions']} "
+                f"fusions, {len(row['missing'])} missing, "
+                f"{len(row['stale'])} stale; last tuned "
+                f"{row['last_tuned'] or 'unknown'}"))
+            for name in row["missing"]:
+                print(printable(f"    missing: {name}"))
+            for name in row["stale"]:
+                print(printable(f"    stale: {name}"))
+    return 0
 
 
 def _show_compile_requests(args):
@@ -683,6 +742,13 @@ def build_parser():
                    help="per fusion, every candidate with its time, ratio "
                    "to the winner, spread and failure, and why the winner "
                    "won")
+    p.add_argument("--coverage", action="store_true",
+                   help="per device: how many of the cache's fusions it "
+                   "has entries for, which are missing or (with "
+                   "--kernel_module) stale, and when it was last tuned")
+    p.add_argument("--kernel_module", action="append", default=[],
+                   help="with --coverage: the tree's kernels, to count "
+                   "stale entries")
     p.add_argument("--compile_requests", "--compile-requests",
                    dest="compile_requests", action="store_true",
                    help="per entry, the recorded launches `compile` builds")
