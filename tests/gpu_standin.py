@@ -38,3 +38,40 @@ class FakeKernel:
 
     def run(self, *args):
         return None
+
+
+def stand_in_gpu_backend():
+    """A backend for hits only: the interpreter's device key (so caches
+    tuned on the interpreter answer) with kernels that are JITFunctions
+    (not refused as interpreted)."""
+    import triton
+
+    from autotune.measure import backends
+
+    class StandInGpu(backends.Backend):
+        name = "gpu-standin"
+        device = "cpu"
+
+        def device_key(self):
+            return f"cpu/triton-interpreter/triton-{triton.__version__}"
+    return StandInGpu()
+
+
+def count_launch_compiles():
+    """An sm_90 driver stand-in and a compile that goes through Triton's own
+    cache lookup (a real triton.compile) and then hands the launcher a
+    stand-in kernel; returns the list each launch's compile is named in."""
+    import triton
+    import triton.compiler
+    from triton.runtime import driver
+
+    driver.set_active(FakeDriver())
+    real_compile = triton.compiler.compile
+    launches = []
+
+    def compile(src, target=None, options=None, **kw):
+        launches.append(src.name)
+        real_compile(src, target=target, options=options, **kw)
+        return FakeKernel()
+    triton.compiler.compile = triton.compile = compile
+    return launches

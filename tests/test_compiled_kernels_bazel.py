@@ -89,35 +89,12 @@ import os
 os.environ["TRITON_INTERPRET"] = "0"
 import autotune  # noqa: E402  (the compiled kernels' cache manager)
 import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.compiler  # noqa: E402
-from triton.runtime import driver  # noqa: E402
 
-from autotune.measure import backends, triton_cache  # noqa: E402
-from gpu_standin import FakeDriver, FakeKernel  # noqa: E402
+from autotune.measure import triton_cache  # noqa: E402
+from gpu_standin import count_launch_compiles, stand_in_gpu_backend  # noqa: E402
 
-
-class StandInGpu(backends.Backend):
-    name = "gpu-standin"
-    device = "cpu"
-
-    def device_key(self):
-        return f"cpu/triton-interpreter/triton-{triton.__version__}"
-
-
-driver.set_active(FakeDriver())
-real_compile = triton.compiler.compile
-launches = []
-
-
-def compile(src, target=None, options=None, **kw):
-    launches.append(src.name)
-    real_compile(src, target=target, options=options, **kw)
-    return FakeKernel()
-
-
-triton.compiler.compile = triton.compile = compile
-session = autotune.configure(backend=StandInGpu())
+launches = count_launch_compiles()
+session = autotune.configure(backend=stand_in_gpu_backend())
 from mykernels.scale_shift import scale_shift  # noqa: E402
 
 for n in SIZES:
