@@ -297,3 +297,25 @@ def test_the_device_is_taken_for_the_miss_and_released(sess, clock):
     assert turns == [KEY]
     assert sess._device_turn is None
     assert set(sess.device_times[KEY]) >= {"tuning_start", "tuning_end"}
+
+
+def test_candidates_are_compiled_ahead_before_the_device_is_taken(sess,
+                                                                  clock):
+    """Compile-ahead is CPU work: it runs before the device's turn, so
+    another tuner's measurement on that GPU does not wait on it; the
+    candidates it is handed are those then measured."""
+    a, b, c = config(16), config(32), config(64)
+    kernel = FakeKernel(clock, {a: 3.0, b: 1.0, c: 2.0})
+    events = []
+    real_turn = sess.device_turn
+
+    def device_turn(key):
+        events.append("turn")
+        return real_turn(key)
+    sess.device_turn = device_turn
+    tuning_ = miss(sess, kernel, configs=[a, b, c])
+    tuning_.compile_ahead = lambda configs: events.append(
+        ("compile", list(configs)))
+    entry = tuning_.run()
+    assert events == [("compile", [a, b, c]), "turn"]
+    assert entry.best == b

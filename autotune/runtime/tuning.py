@@ -119,11 +119,33 @@ class Tuning:
     def run(self, seeds=()):
         """The entry for this miss. `seeds`: configs to measure first (a
         seeded miss's neighbours)."""
+        seeds = list(seeds)
+        # Compiling is CPU work: the candidates are compiled ahead before
+        # the device's turn is taken, so another tuner measuring on this
+        # GPU does not wait on these compiles.
+        ahead = self._exhaustive_list(seeds)
+        if ahead is not None:
+            self.compile_ahead(ahead)
         # One tuner per device: measuring waits for the device's lock.
         with self.session.device_turn(self.key):
-            return self._run(list(seeds))
+            return self._run(seeds, compiled_ahead=ahead is not None)
 
-    def _run(self, seeds):
+    def _exhaustive_list(self, seeds):
+        """The candidates an exhaustive or config-list tuning will measure
+        (what _run measures), or None: a search, or a list pruned to one."""
+        opts = self.options
+        if opts.space is not None and opts.search != "exhaustive":
+            return None
+        configs = None
+        if opts.space is None:
+            configs = list(opts.configs)
+            seeds = [s for s in seeds if s in configs]
+            if len(set(configs)) == 1:
+                return None
+        return self.candidates(configs, seeds,
+                               self.session.incumbent_config(self.key))
+
+    def _run(self, seeds, compiled_ahead=False):
         sess, opts = self.session, self.options
         configs = None
         if opts.space is None:
@@ -148,7 +170,8 @@ class Tuning:
         try:
             if opts.space is None or opts.search == "exhaustive":
                 todo = self.candidates(configs, seeds, incumbent)
-                self.compile_ahead(todo)
+                if not compiled_ahead:
+                    self.compile_ahead(todo)
                 progress = self._progress(len(set(todo)))
                 result = tuner.run_candidates(
                     evaluator if pool is None else pool.replay(evaluator),
