@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -1080,6 +1081,9 @@ def main(argv=None):
                         help="comma-separated sections to run (default: "
                         + ",".join(n for n, _ in SECTIONS) + "; also: "
                         + ",".join(n for n, _ in OPTIONAL_SECTIONS) + ")")
+    parser.add_argument("--keep-triton-cache", action="store_true",
+                        help="keep this run's fresh Triton cache folder "
+                        "(default: removed at the end)")
     parser.add_argument("--section", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--budget", type=float, default=60.0,
@@ -1121,9 +1125,17 @@ def main(argv=None):
     # (gpu_check.json, gpu_check.md) is all that goes there.
     work_dir = tempfile.mkdtemp(prefix="gpu_check_work.")
     scale = DRY_RUN_SCALE if args.dry_run else 1.0
+    # A fresh Triton cache folder per check run: a second check on a warm
+    # machine is as cold as the first (Triton's default cache outlives
+    # the process), and every section compiles what it reports compiling.
+    # Sections that time a cold tuning still take folders of their own.
+    triton_cache = tempfile.mkdtemp(prefix="gpu_check_triton_cache.")
+    env["TRITON_CACHE_DIR"] = triton_cache
     report = {"dry_run": args.dry_run, "limit_s": TOTAL_S, "sections": {},
               "seconds": 0.0, "ok": False,
-              "selection_rule": SELECTION_RULE}
+              "selection_rule": SELECTION_RULE,
+              "triton_cache": {"dir": triton_cache,
+                               "kept": bool(args.keep_triton_cache)}}
     for name, budget in sections:
         budget *= scale
         left = TOTAL_S - (time.time() - start)
@@ -1144,6 +1156,8 @@ def main(argv=None):
     report["seconds"] = round(time.time() - start, 1)
     report["ok"] = bool(report["sections"]) and all(
         s["status"] == "ok" for s in report["sections"].values())
+    if not args.keep_triton_cache:
+        shutil.rmtree(triton_cache, ignore_errors=True)
     write_report(out_dir, report)
     log(f"report: {out_dir}/gpu_check.json and gpu_check.md; "
         f"{report['seconds']} s; {'ok' if report['ok'] else 'FAILED'}")

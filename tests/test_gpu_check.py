@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -201,3 +202,9 @@ def test_compiled_section_dry_run(tmp_path):
     assert results["compile"]["binaries"] >= 1
     assert results["compile"]["entries_without_request"] == 0
     assert results["load_with_compiled"]["binaries_compiled"] == 0
+    # The run's own Triton cache folder, recorded and (not kept) removed.
+    with open(tmp_path / "gpu_check.json") as f:
+        folder = json.load(f)["triton_cache"]
+    assert folder["dir"].startswith(tempfile.gettempdir()) and \
+        not folder["kept"]
+    assert not os.path.exists(folder["dir"])
