@@ -399,8 +399,11 @@ class Entry:
 
     @property
     def compile_requests(self):
-        if self._decode is not None:
-            self._materialize()
+        if self._compile_requests is None:
+            # Decoded alone: an entry whose candidates do not decode still
+            # tells how its binary is built.
+            decoder, payload = self._decode
+            self._compile_requests = decoder.compile_requests(payload)
         return self._compile_requests
 
     def replace(self, **changes):

@@ -437,3 +437,34 @@ def test_the_store_host_waits_until_every_rank_has_read_the_exchange():
     job = distributed.Job(store, 0, 2, timeout_s=5)
     assert job.exchange("the end", "f", 0) == [0, 1]
     assert f"{prefix}/read/1" in store.data
+
+
+def test_a_lost_context_on_another_rank_is_a_lost_context_here():
+    """Rank 1 reports that its candidate corrupted the CUDA context: rank
+    0 raises DeviceContextLostError naming rank 1 (tuning stops on every
+    rank), not a plain failure counted as a lost round."""
+    from autotune.errors import DeviceContextLostError
+    from autotune.runtime import distributed
+    store = _tcp_store()
+    with pytest.raises(DeviceContextLostError) as raised:
+        _measure_with_rank1(store, lambda k, w, v: distributed_encode(
+            k, w, [["error", distributed.CONTEXT_LOST + "BLOCK=32: "
+                    "corrupted the CUDA context"], 0.1]))
+    message = str(raised.value)
+    assert "rank(s) 1 lost the CUDA context" in message
+    assert "corrupted the CUDA context" in message
+
+
+def test_a_lost_context_here_travels_as_a_lost_context():
+    from autotune.errors import DeviceContextLostError
+    from autotune.runtime import distributed
+
+    class Lost:
+        expected = "set"
+
+        def __call__(self, config):
+            raise DeviceContextLostError("illegal memory access")
+    key, configs = _setup()
+    shared = distributed.SharedEvaluator(None, Lost(), "axpb_kernel", key)
+    status, text = shared._guarded(configs[0])
+    assert status == "error" and text.startswith(distributed.CONTEXT_LOST)

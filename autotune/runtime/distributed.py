@@ -45,7 +45,8 @@ import statistics
 import time
 
 from autotune import log as logs
-from autotune.errors import DistributedTuningError, MalformedExchangeError
+from autotune.errors import (DeviceContextLostError, DistributedTuningError,
+                             MalformedExchangeError)
 from autotune.measure import backends, device_lock, tuner
 from autotune.records import FAILURE_KINDS, Candidate
 
@@ -125,6 +126,23 @@ def _list(value, name, length=None, limit=MAX_SAMPLES):
 def _type(value):
     return {dict: "object", list: "list", str: "text", bool: "boolean",
             type(None): "null"}.get(type(value), "number")
+
+
+# An error a rank reports that is a lost CUDA context: every rank raises
+# DeviceContextLostError (tuning stops), not a failed candidate or round.
+CONTEXT_LOST = "context lost: "
+
+
+def _raise_if_context_lost(failed, phase):
+    """failed: {rank: reported error text}."""
+    lost = {r: d for r, d in failed.items()
+            if isinstance(d, str) and d.startswith(CONTEXT_LOST)}
+    if lost:
+        raise DeviceContextLostError(
+            f"autotune: rank(s) {_ranks(sorted(lost))} lost the CUDA "
+            f"context while {phase}; every rank stops tuning: "
+            + "; ".join(f"rank {r}: {logs.printable(d[len(CONTEXT_LOST):])}"
+                        for r, d in sorted(lost.items())))
 
 
 def _status(value, name):
@@ -512,6 +530,9 @@ class SharedEvaluator:
     def _guarded(self, config):
         try:
             return ["ok", _wire(self.inner(config), self.key)]
+        except DeviceContextLostError as e:
+            # Every rank stops as the rank that lost its context does.
+            return ["error", (CONTEXT_LOST + f"{config.short()}: {e}")[:600]]
         except Exception as e:  # reported to every rank, not left to hang
             return ["error",
                     f"{config.short()}: {type(e).__name__}: {e}"[:300]]
@@ -533,6 +554,7 @@ class SharedEvaluator:
     def _check(self, results, phase):
         failed = {r: detail for r, (status, detail) in enumerate(results)
                   if status == "error"}
+        _raise_if_context_lost(failed, f"{phase} of {self.what}")
         if failed:
             raise self.job.failure(
                 f"autotune: rank(s) {_ranks(sorted(failed))} failed "
@@ -594,6 +616,8 @@ class SharedEvaluator:
         times, so every rank's duel ends the same way."""
         try:
             status = ["ok", self.inner.retime(config).median_us]
+        except DeviceContextLostError as e:
+            status = ["error", (CONTEXT_LOST + str(e))[:600]]
         except Exception as e:
             status = ["error", f"{type(e).__name__}: {e}"[:300]]
 
@@ -602,6 +626,9 @@ class SharedEvaluator:
             return status, (payload if status == "error" else
                             _number(payload, "a retimed run time"))
         results = self._exchange(f"retiming {config.short()}", status, read)
+        _raise_if_context_lost(
+            {r: d for r, (s, d) in enumerate(results) if s == "error"},
+            f"retiming {config.short()} of {self.what}")
         failed = [r for r, (s, _) in enumerate(results) if s == "error"]
         if failed:
             # Raised on every rank alike: the duel counts it as a loss.

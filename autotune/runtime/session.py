@@ -657,6 +657,15 @@ class Session:
         seen = self.compile_requests.get(entry.key)
         if not seen:
             return entry
+        try:
+            return self._joined_requests(entry, seen)
+        except CacheFileError:
+            # Its stored candidates do not decode: the update measures the
+            # fusion again and records the requests then.
+            return entry
+
+    @staticmethod
+    def _joined_requests(entry, seen):
         held = {r for r in entry.compile_requests
                 if compile_requests.mismatch(r, entry) is None}
         requests = tuple(sorted(held | {
