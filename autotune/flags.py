@@ -105,7 +105,7 @@ FLAGS = (
         "autotune_fail_if_sharded", "bool", False,
         "Fail when run as one shard of several (dump targets set this: a "
         "dump must see every fusion)."),
-    # Remote cache (autotune/remote_cache.py). No password flag: flags are
+    # Remote cache (autotune/cache/remote.py). No password flag: flags are
     # printed in test logs; the password comes from the environment or a file.
     FlagSpec(
         "autotune_remote_cache", "string", None,

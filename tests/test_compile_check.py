@@ -1,4 +1,4 @@
-"""Compiling configs for a target GPU on the CPU (autotune/compile_check.py):
+"""Compiling configs for a target GPU on the CPU (autotune/measure/compile_check.py):
 the command line, the tuning option, the target's limits."""
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""Command-line entry point of the cache tool; see autotune/cache_tool.py
+"""Command-line entry point of the cache tool; see autotune/cli/cache_tool.py
 or run with --help.
 
 Under `bazel run`, relative paths are taken from the directory bazel was

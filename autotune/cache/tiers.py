@@ -1,7 +1,7 @@
 """Cache storage: results loaded from files, and the per-fusion directory.
 
 Lookup order: memory (this run) -> loaded results files -> per-fusion
-directory -> remote cache (autotune/remote_cache.py). The storage knows nothing about kernels or tuning; it maps cache
+directory -> remote cache (autotune/cache/remote.py). The storage knows nothing about kernels or tuning; it maps cache
 keys to entries and says where each came from.
 """
 import collections
