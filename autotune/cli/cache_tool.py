@@ -39,7 +39,7 @@ from autotune.measure import compile_requests
 from autotune.report import summary
 from autotune.records import (KEY_VERSION, Config, major_minor,
                               tuned_with_triton)
-from autotune.runtime import offers
+from autotune.runtime import freshness, offers
 from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
                              ToolError)
 from autotune.log import printable
@@ -437,7 +437,7 @@ NOT_CHECKED = ("; kernel fingerprints and offered configs not checked (no "
 
 
 def verify_verdict(stale, outdated, other, unmeasured=0,
-                   kernels_checked=True):
+                   kernels_checked=True, drifted=0):
     """verify's last line: what it found and the command that fixes it,
     and what it did not check."""
     found = [f"{n} {what}" for n, what in ((stale, "stale"),
@@ -446,6 +446,10 @@ def verify_verdict(stale, outdated, other, unmeasured=0,
              if n]
     note = (f" ({unmeasured} offered config(s) never measured: an update "
             "measures them)" if unmeasured else "")
+    if drifted:
+        note += (f" ({drifted} tuned under another Triton, torch or CUDA "
+                 "version: a load run counts them as version drift, "
+                 "--autotune_version_match=strict refuses them)")
     if not kernels_checked:
         note += NOT_CHECKED
     if not found:
@@ -467,6 +471,8 @@ def cmd_verify(args):
     bad = 0
     stale = outdated = unmeasured = 0
     versions = collections.Counter()
+    drift_count = 0
+    running_versions = _installed_versions()
     for path in args.paths:
         try:
             # A bad value in a remote namespace is a finding, like a stale
@@ -487,7 +493,12 @@ def cmd_verify(args):
                 outdated += 1
                 problems.append(f"key version {entry.key.key_version}, "
                                 f"current is {KEY_VERSION}")
-            versions[major_minor(tuned_with_triton(entry))] += 1
+            # The runtime's rule (autotune/runtime/freshness.py): the first
+            # of Triton, torch, CUDA whose major.minor differs.
+            drifted = freshness.version_drift(
+                freshness.tuned_versions(entry), running_versions)
+            if drifted:
+                versions[drifted] += 1
             if known is not None:
                 reason = stale_reason(entry, known)
                 never = 0
@@ -515,20 +526,38 @@ def cmd_verify(args):
                                 f"{entry.key.device}: {problem}"))
         print(f"{path}: {len(entries)} entries, format version "
               f"{codec.FORMAT_VERSION}, no duplicate keys")
-        running = major_minor(_installed_triton())
-        drift = {v: n for v, n in versions.items() if v and v != running}
-        if running and drift:
+        if versions:
+            drift_count += sum(versions.values())
             print(printable(f"{path}: " + ", ".join(
-                f"{n} entries tuned with Triton {v}" for v, n in
-                sorted(drift.items())) + f", running {running}: "
-                "`regenerate --retune` refreshes them "
-                "(--autotune_version_match=strict treats them as stale)"))
+                f"{n} entries tuned with {label} {then}, running {now}"
+                for (label, then, now), n in sorted(versions.items()))
+                + ": `regenerate --retune` (`pytest --autotune-update=all`) "
+                "refreshes them (--autotune_version_match=strict treats "
+                "them as stale)"))
         versions.clear()
     if bad:
         return 2
     print(verify_verdict(stale, outdated, findings - stale - outdated,
-                         unmeasured, kernels_checked=known is not None))
+                         unmeasured, kernels_checked=known is not None,
+                         drifted=drift_count))
     return 1 if findings else 0
+
+
+def _installed_versions():
+    """The running versions as the runtime records them
+    (Provenance fields), from the installed packages' metadata: Triton and
+    torch without importing them; CUDA's needs torch, and is only read when
+    torch is imported already."""
+    out = {"triton_version": _installed_triton()}
+    try:
+        from importlib.metadata import version
+        out["torch_version"] = version("torch")
+    except Exception:  # no metadata: not compared
+        out["torch_version"] = None
+    torch = sys.modules.get("torch")
+    out["cuda_version"] = getattr(getattr(torch, "version", None), "cuda",
+                                  None)
+    return out
 
 
 def _installed_triton():

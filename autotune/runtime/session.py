@@ -20,7 +20,9 @@ import threading
 from autotune import log as logs
 from autotune import codec, flags
 from autotune.measure import backends, compile_requests, device_lock, stamp
-from autotune.runtime import distributed, offers
+from autotune.runtime import distributed, freshness, offers
+from autotune.runtime.freshness import (  # noqa: F401  (re-exported)
+    VERSION_COMPONENTS, version_drift)
 from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.cache import neighbours as reuse
@@ -115,22 +117,6 @@ MISS_REASONS = (MISSING, KERNEL_CHANGED, offers.NOT_OFFERED, OTHER_DEVICE,
                 OTHER_VERSION, KEY_FORMAT_CHANGE, UNREADABLE)
 
 _DEVICE_TRITON = re.compile(r"/triton-[^/]*$")
-VERSION_COMPONENTS = (("Triton", "triton_version"),
-                      ("torch", "torch_version"), ("CUDA", "cuda_version"))
-
-
-def version_drift(provenance, running):
-    """(component, tuned with, running) of the first of Triton, torch and
-    CUDA whose major.minor differs between an entry's provenance and the
-    running versions; None when none does (or a version is unknown)."""
-    for label, field in VERSION_COMPONENTS:
-        then = major_minor(getattr(provenance, field))
-        now = major_minor(running.get(field))
-        if then and now and then != now:
-            return label, then, now
-    return None
-
-
 def _without_triton(device):
     return _DEVICE_TRITON.sub("", device)
 
@@ -428,10 +414,7 @@ class Session:
         return None
 
     def _drift(self, entry):
-        # Older entries: the device key names the Triton they ran.
-        provenance = entry.provenance._replace(
-            triton_version=tuned_with_triton(entry))
-        return version_drift(provenance, self.versions)
+        return version_drift(freshness.tuned_versions(entry), self.versions)
 
     def _index(self):
         """(loaded keys by (kernel, signature), loaded entries by their key
