@@ -191,6 +191,7 @@ def test_private_cache_under_bazel(monkeypatch, tmp_path):
                  {"TEST_TMPDIR": "t", "TRITON_HOME": "/home"}):
         before = dict(kept)
         assert triton_cache.configure_environment((), kept) is None
+        kept.pop("MPLCONFIGDIR")
         assert kept == before
     outside = {}
     triton_cache.configure_environment((), outside)
@@ -258,3 +259,16 @@ def serve(dump, root):
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2], sys.argv[3])
+
+
+def test_matplotlib_config_folder_under_bazel(tmp_path):
+    from autotune.measure import triton_cache
+    env = {"TEST_TMPDIR": str(tmp_path)}
+    triton_cache.configure_environment((), env)
+    assert env["MPLCONFIGDIR"] == str(tmp_path / "matplotlib")
+    mine = {"TEST_TMPDIR": str(tmp_path), "MPLCONFIGDIR": "/mine"}
+    triton_cache.configure_environment((), mine)
+    assert mine["MPLCONFIGDIR"] == "/mine"
+    outside = {}
+    triton_cache.configure_environment((), outside)
+    assert "MPLCONFIGDIR" not in outside

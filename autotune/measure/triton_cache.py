@@ -10,6 +10,9 @@ compiled, so they hold for plain @triton.jit kernels of the same process):
   TRITON_CACHE_DIR nor TRITON_HOME is set and TEST_TMPDIR is (a Bazel
   test, a dump target), TRITON_CACHE_DIR becomes `$TEST_TMPDIR/triton-cache`.
   A user's TRITON_CACHE_DIR or TRITON_HOME (`--test_env=...`) is kept.
+  MPLCONFIGDIR, unless set, becomes `$TEST_TMPDIR/matplotlib` there too
+  (matplotlib, imported by torch's and Triton's tools, otherwise warns
+  that its config folder under the home is not writable).
 - **Compiled kernels served read-through.** `--autotune_compiled_kernels=DIR`
   (the output of `autotune_cache compile`, handed to a load target by
   `gpu_autotuned_test(compile_for = ...)`) installs
@@ -30,6 +33,7 @@ import tempfile
 from autotune import log as logs
 
 PRIVATE_CACHE_NAME = "triton-cache"
+MATPLOTLIB_DIR_NAME = "matplotlib"
 MANIFEST_NAME = "autotune-compiled.json"
 MANAGER = "autotune.measure.triton_cache:ReadThroughCacheManager"
 # The roots ReadThroughCacheManager reads, os.pathsep-separated: set by
@@ -57,6 +61,9 @@ def configure_environment(compiled_dirs=(), environ=None):
             not environ.get("TRITON_HOME") and environ.get("TEST_TMPDIR"):
         chosen = os.path.join(environ["TEST_TMPDIR"], PRIVATE_CACHE_NAME)
         environ["TRITON_CACHE_DIR"] = chosen
+    if not environ.get("MPLCONFIGDIR") and environ.get("TEST_TMPDIR"):
+        environ["MPLCONFIGDIR"] = os.path.join(environ["TEST_TMPDIR"],
+                                               MATPLOTLIB_DIR_NAME)
     dirs = [os.path.abspath(d) for d in compiled_dirs if d]
     if dirs:
         manager = environ.get("TRITON_CACHE_MANAGER")

@@ -26,6 +26,10 @@ CACHE_TAG_PREFIX = "autotune_cache="
 DEVICE_TAG_PREFIX = "autotune_device="
 DEFAULT_GPU_TAGS = ["gpu", "requires-gpu-nvidia"]
 
+# Client variables both targets inherit: Bazel starts a test with a fresh
+# environment, so without it every test sees every GPU of the machine.
+GPU_ENV_INHERIT = ["CUDA_VISIBLE_DEVICES"]
+
 REGENERATE_COMMAND = "bazel run @rules_autotune//tools:regenerate"
 
 # The modules autotune imports; a test or tool run without them stops with
@@ -147,6 +151,7 @@ def gpu_autotuned_test(
         compile_for = [],
         compile_deps = None,
         gpu_types = None,
+        env_inherit = [],
         **kwargs):
     """A GPU test that loads a checked-in autotune cache, plus a dump target.
 
@@ -210,6 +215,8 @@ def gpu_autotuned_test(
         test action properties and exec_compatible_with; failing at once
         on a device of another type), a dump target per type likewise, and
         `name` a test_suite of the load targets. Not with gpu_type.
+      env_inherit: client variables both targets inherit, joined after
+        CUDA_VISIBLE_DEVICES (which they always inherit); no select().
       **kwargs: passed to test_rule for both targets.
     """
     if gpu_types == None:
@@ -231,6 +238,7 @@ def gpu_autotuned_test(
             gpu_exec_properties = gpu_exec_properties,
             compile_for = compile_for,
             compile_deps = compile_deps,
+            env_inherit = env_inherit,
             **kwargs
         )
         return
@@ -273,6 +281,7 @@ def gpu_autotuned_test(
             ("gpu_exec_properties", gpu_exec_properties),
             ("compile_for", compile_for),
             ("compile_deps", compile_deps),
+            ("env_inherit", env_inherit),
         ]}
         one.update(
             name = "%s_%s" % (name, key),
@@ -304,6 +313,7 @@ def _gpu_autotuned_test(
         gpu_exec_properties = None,
         compile_for = [],
         compile_deps = None,
+        env_inherit = [],
         **kwargs):
     """One load target and its dump target: gpu_autotuned_test's work."""
     what = "gpu_autotuned_test(name = %r)" % name
@@ -314,6 +324,9 @@ def _gpu_autotuned_test(
     if is_select(autotune_flags):
         fail(select_error(what, "autotune_flags"))
     _check_env(what, env)
+    if is_select(env_inherit):
+        fail(select_error(what, "env_inherit"))
+    inherit = GPU_ENV_INHERIT + [v for v in env_inherit if v not in GPU_ENV_INHERIT]
     if "AUTOTUNE_FLAGS" in env and type(env["AUTOTUNE_FLAGS"]) != type(""):
         fail("%s: env AUTOTUNE_FLAGS must be a string" % what)
 
@@ -375,6 +388,7 @@ def _gpu_autotuned_test(
         load_env.update(triton_env)
 
     common = dict(kwargs)
+    common["env_inherit"] = inherit
     properties = test_exec_properties(what, exec_properties, gpu_exec_properties)
     if properties.error:
         fail(properties.error)

@@ -9,7 +9,7 @@ load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
 
 RecordedAttrsInfo = provider(
     doc = "The attributes a macro gave a wrapped test rule.",
-    fields = ["args", "data", "deps", "env", "main", "shard_count", "srcs", "tags"],
+    fields = ["args", "data", "deps", "env", "env_inherit", "main", "shard_count", "srcs", "tags"],
 )
 
 def _recorded_attrs_impl(ctx):
@@ -18,6 +18,7 @@ def _recorded_attrs_impl(ctx):
         data = [str(t.label) for t in ctx.attr.data],
         deps = [str(t.label) for t in ctx.attr.deps],
         env = ctx.attr.env,
+        env_inherit = ctx.attr.env_inherit,
         main = str(ctx.attr.main.label) if ctx.attr.main else None,
         shard_count = ctx.attr.shard_count,
         srcs = [str(t.label) for t in ctx.attr.srcs],
@@ -31,6 +32,7 @@ recorded_attrs = rule(
         "data": attr.label_list(allow_files = True),
         "deps": attr.label_list(),
         "env": attr.string_dict(),
+        "env_inherit": attr.string_list(),
         "main": attr.label(allow_single_file = True),
         "shard_count": attr.int(default = -1),
         "srcs": attr.label_list(allow_files = True),
@@ -63,6 +65,7 @@ def _load_target_test_impl(ctx):
     ]), _flags(recorded))
     asserts.equals(env, "kept", recorded.env["USER_VAR"])
     asserts.equals(env, ".", recorded.env["PYTHONPATH"])
+    asserts.equals(env, ["CUDA_VISIBLE_DEVICES"], recorded.env_inherit)
     asserts.equals(env, sorted([
         _label("selected.txt"),
         str(Label("//:autotune")),
