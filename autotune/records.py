@@ -248,6 +248,15 @@ class CacheKey(NamedTuple):
     def describe(self):
         return (f"kernel {self.kernel} [{self.signature}] on {self.device}")
 
+    @property
+    def fusion(self):
+        """The fusion this key is of, on its hardware: (device without the
+        versions it names, kernel, signature). An edited kernel (another
+        fingerprint) or a re-tune under another Triton is the same fusion:
+        what a newer entry replaces, an incumbent's fusion, what a reviewer
+        compares."""
+        return hardware_of(self.device), self.kernel, self.signature
+
 
 class Candidate(NamedTuple):
     config: Config

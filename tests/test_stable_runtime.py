@@ -67,19 +67,28 @@ def test_tied_incumbent_is_kept_and_written_back_verbatim(session_factory,
     # The incumbent is the config a fresh tune would not pick: the larger
     # of two that tie.
     other = FAST_4 if entry.best == FAST_2 else FAST_2
-    old = entry.replace(best=other)
-    incumbents = tmp_path / "incumbents.textproto"
-    codec.dump_results([old], incumbents)
-    dump = tmp_path / "dump.textproto"
-    sess = session_factory(autotune_incumbents_from=[str(incumbents)],
-                           autotune_retune=True,
-                           dump_autotune_results_to=str(dump))
-    run_spin()
-    assert sess.stats.tuned == 1 and sess.stats.incumbents_kept == 1
-    report = sess.report()["fusions"][0]
-    assert report["incumbent"] == "kept"
-    sess.finish()
-    assert dump.read_bytes() == incumbents.read_bytes()
+    # Without compile requests (a cache written before they were
+    # recorded): the first run that keeps it records its winner's launch,
+    # once; from then on a run that changes nothing writes the file back
+    # byte for byte.
+    old = entry.replace(best=other, compile_requests=())
+    first = tmp_path / "incumbents.textproto"
+    codec.dump_results([old], first)
+    for incumbents, dump in ((first, tmp_path / "recorded.textproto"),
+                             (tmp_path / "recorded.textproto",
+                              tmp_path / "dump.textproto")):
+        sess = session_factory(autotune_incumbents_from=[str(incumbents)],
+                               autotune_retune=True,
+                               dump_autotune_results_to=str(dump))
+        run_spin()
+        assert sess.stats.tuned == 1 and sess.stats.incumbents_kept == 1
+        report = sess.report()["fusions"][0]
+        assert report["incumbent"] == "kept"
+        sess.finish()
+    (recorded,) = codec.load_results(tmp_path / "recorded.textproto")
+    assert recorded.best == other and recorded.compile_requests
+    assert recorded.replace(compile_requests=()) == old
+    assert dump.read_bytes() == (tmp_path / "recorded.textproto").read_bytes()
 
 
 def test_clearly_faster_challenger_replaces_the_incumbent(session_factory,

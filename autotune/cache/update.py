@@ -37,12 +37,6 @@ class Update(NamedTuple):
     conflicts: list  # [merge.Conflict] between the runs
 
 
-def fusion_of(key):
-    """What a newer entry replaces: one fusion on one device, any kernel
-    fingerprint, any version the device key names."""
-    return hardware_of(key.device), key.kernel, key.signature
-
-
 def undecodable(entry):
     """Why the entry's stored candidates or provenance do not decode (a
     CacheFileError), or None when they do: such an entry cannot be written
@@ -73,8 +67,12 @@ def _versions(entry):
 
 def _carrying_requests(entry, runs_by_key):
     """`entry` with the compile requests the runs recorded for the same key
-    and winner: derived data, so an entry kept verbatim still learns how
-    its binary is built (the file changes only where they differ)."""
+    and winner, when it holds none: an entry of a cache written before
+    they were recorded learns how its binary is built, once; one that holds
+    some stays as it is (a run that changes nothing leaves the file byte
+    for byte)."""
+    if entry.compile_requests:
+        return entry
     requests = set()
     for e in runs_by_key.get(entry.key, ()):
         if e.best == entry.best:
@@ -111,12 +109,12 @@ def update(old_entries, runs, prune_devices=()):
             _versions(previous) == _versions(entry)
         entries.append(_carrying_requests(previous, runs_by_key)
                        if keep else _carrying_requests(entry, runs_by_key))
-    superseded = {fusion_of(e.key) for e in tuned}
+    superseded = {e.key.fusion for e in tuned}
     new_keys = {e.key for e in tuned}
     prune_devices = set(prune_devices)
     kept, removed = [], []
     for entry in old_entries:
-        if fusion_of(entry.key) in superseded:
+        if entry.key.fusion in superseded:
             if entry.key not in new_keys:
                 removed.append(entry)  # another fingerprint of the fusion
         elif entry.key.device in prune_devices:

@@ -67,7 +67,7 @@ class Comparison(summary.CacheChanges):
         self.base = self.old
         base_devices = {e.key.device for e in base}
         new_devices = {e.key.device for e in new}
-        # Another Triton on the same GPU is compared (summary.fusion_of).
+        # Another Triton on the same GPU is compared (records.CacheKey.fusion).
         self.other_device = bool(base_devices and new_devices and not (
             {hardware_of(d) for d in base_devices}
             & {hardware_of(d) for d in new_devices}))

@@ -162,14 +162,6 @@ def natural_key(text):
                  for part in _NUMBER.split(str(text)) if part)
 
 
-def fusion_of(key):
-    """A fusion as a reviewer sees it: (device, kernel, signature); an
-    edited kernel has a new fingerprint but is the same fusion, and so is
-    one re-measured under another Triton (the device key without the
-    versions it names: records.hardware_of)."""
-    return hardware_of(key.device), key.kernel, key.signature
-
-
 def retune_reason(old, new):
     """Why a fusion whose winner stayed was tuned again: "kernel changed",
     the device key's versions ("triton-3.6.0 -> triton-3.9.0"), or both."""
@@ -190,7 +182,7 @@ def fusion_sort_key(fusion):
 
 
 def entry_sort_key(entry):
-    return fusion_sort_key(fusion_of(entry.key))
+    return fusion_sort_key(entry.key.fusion)
 
 
 # -- what changed between two caches ----------------------------------------
@@ -257,7 +249,7 @@ def pair_fusions(old, new):
     groups = {}
     for side, entries in ((0, old), (1, new)):
         for e in entries:
-            groups.setdefault(fusion_of(e.key), ({}, {}))[side][e.key] = e
+            groups.setdefault(e.key.fusion, ({}, {}))[side][e.key] = e
     old_ids, new_ids = {}, {}
     for fusion, (olds, news) in groups.items():
         for k in olds.keys() & news.keys():

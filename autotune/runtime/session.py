@@ -91,12 +91,6 @@ class Stats:
                 "unmeasured_configs": self.unmeasured_configs}
 
 
-def _fusion_of(key):
-    # An entry tuned under another Triton is the incumbent of its fusion:
-    # a re-tune after an upgrade measures the old winner against the rest.
-    return key.kernel, key.signature, hardware_of(key.device)
-
-
 def _saved_by(entry):
     """Tuning time a hit saves: recorded at tuning time; for older entries,
     the sum of the measured candidate times is a lower bound."""
@@ -304,7 +298,7 @@ class Session:
         except CacheFileError as e:
             raise AutotuneError(f"cannot load autotune incumbents: {e}")
         for entry in entries:
-            self.incumbents.setdefault(_fusion_of(entry.key), []).append(
+            self.incumbents.setdefault(entry.key.fusion, []).append(
                 entry)
         log.info(f"autotune: incumbents {path}: {len(entries)} entries ("
                  + ("every fusion re-measured: --autotune_retune)"
@@ -315,7 +309,7 @@ class Session:
         """The incumbent entry of a fusion: same kernel, signature and
         device, any fingerprint or Triton version; the one with this exact
         key first."""
-        entries = self.incumbents.get(_fusion_of(key))
+        entries = self.incumbents.get(key.fusion)
         if not entries:
             return None
         for entry in entries:
@@ -634,11 +628,12 @@ class Session:
                 {e.key: e for e in self.cache.memory.values()}.values()]
 
     def _with_compile_requests(self, entry):
-        """`entry` holding the requests this run recorded for its winner,
-        and those it held that still describe its winner (launches this
-        run did not make)."""
+        """`entry` holding the requests this run recorded for its winner
+        when it holds none (a cache written before they were recorded);
+        an entry that holds some keeps them as they are, so a run that
+        changes nothing writes its file back byte for byte."""
         seen = self.compile_requests.get(entry.key)
-        if not seen:
+        if not seen or entry.compile_requests:
             return entry
         try:
             return self._joined_requests(entry, seen)
@@ -649,13 +644,10 @@ class Session:
 
     @staticmethod
     def _joined_requests(entry, seen):
-        held = {r for r in entry.compile_requests
-                if compile_requests.mismatch(r, entry) is None}
-        requests = tuple(sorted(held | {
-            r for r in seen if compile_requests.mismatch(r, entry) is None}))
-        if requests == tuple(entry.compile_requests):
-            return entry
-        return entry.replace(compile_requests=requests)
+        requests = tuple(sorted(
+            r for r in seen if compile_requests.mismatch(r, entry) is None))
+        return entry.replace(compile_requests=requests) if requests \
+            else entry
 
     def _read_existing_dump(self, path):
         try:
