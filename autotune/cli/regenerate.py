@@ -690,15 +690,15 @@ def main(argv=None):
         + args.bazel_startup_arg
     placeholders = []
     try:
-        targets = select_targets(bazel, args.patterns, cwd, args.bazel_arg)
+        query_args = QueryArgs(args.bazel_arg)  # notes said once
+        targets = select_targets(bazel, args.patterns, cwd, query_args)
         if not targets:
             print("regenerate: no dump targets (tag autotune_dump) in "
                   + " ".join(args.patterns) + ": name gpu_autotuned_test "
                   "targets, their packages, or a pattern such as //...",
                   file=sys.stderr)
             return 2
-        devices = find_target_devices(bazel, targets, cwd,
-                                      QueryArgs(args.bazel_arg)) \
+        devices = find_target_devices(bazel, targets, cwd, query_args) \
             if targets else {}
         if args.gpu_type:
             return _print_gpu_type_plan(targets, devices, args.gpu_type)
