@@ -439,7 +439,7 @@ class AutotunePlugin:
         sess = runtime_session.Session(opts)
         # An update writes the cache: every differently specialised launch
         # of a winner is recorded as a compile request.
-        sess.records_every_launch = bool(self.settings.update)
+        sess.records_compile_requests = bool(self.settings.update)
         sess.finished = True
         self.sessions.append(sess)
         _install(sess)

@@ -90,6 +90,22 @@ def test_dump_records_a_compile_request_per_launch(suite_dump):
     assert back == {e.key: e.compile_requests for e in entries}
 
 
+def test_a_load_run_records_no_request():
+    """Only a run that writes a cache records requests (the first one of a
+    kernel costs Triton's backend and binder set-up)."""
+    script = ("import torch, autotune\n"
+              "from autotune.kernels import softmax\n"
+              "softmax.softmax(torch.randn(8, 96))\n"
+              "s = autotune.session()\n"
+              "print(s.stats.hits, len(s.compile_requests))\n")
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True,
+        cwd=ROOT, env=_env(AUTOTUNE_FLAGS="--load_autotune_results_from="
+                           f"{CHECKED_IN}"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["1", "0"], run.stdout
+
+
 def test_compile_builds_every_request(compiled, suite_dump):
     from autotune import codec
     from autotune.measure import triton_cache

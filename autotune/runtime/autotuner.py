@@ -482,7 +482,7 @@ class Autotuner(TritonAutotuner):
         fast = self.fusion_key(named, kwargs)
         hit = self._memo.get(fast)
         if hit is not None:
-            if sess.records_every_launch:
+            if sess.records_compile_requests:
                 self._launches.note(sess, hit[3], named, hit[0])
             return hit
         key = self._full_key(sess, named)
@@ -510,7 +510,8 @@ class Autotuner(TritonAutotuner):
                 unwrap.jit_function(self.kernel), self._triton_key(named),
                 original, self.configs_timings if tuned else {},
                 self.bench_time if tuned else None, cache_hit=not tuned)
-        self._launches.note(sess, key, named, config)
+        if sess.records_compile_requests:
+            self._launches.note(sess, key, named, config)
         hit = self._memo[fast] = (config, original, config.all_kwargs(), key)
         self.cache[fast] = original
         return hit

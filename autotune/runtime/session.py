@@ -145,10 +145,12 @@ class Session:
         # counts this session's own).
         self._exchanges_before = sum(distributed.EXCHANGES.values())
         self._check_sharding()
-        # A run that writes a cache records every differently specialised
-        # launch (a pytest update sets it too); others only each fusion's
-        # first.
-        self.records_every_launch = bool(
+        # A run that writes a cache (a dump; a pytest update sets it too)
+        # records each differently specialised launch of a winner as a
+        # compile request. Others record none: the first request of a
+        # kernel costs about 50 ms (Triton's CUDA backend and binder),
+        # start-up a load run has no use for.
+        self.records_compile_requests = bool(
             self.options.dump_autotune_results_to)
         self.backend = backend or backends.select_backend(
             self.options.autotune_backend)
