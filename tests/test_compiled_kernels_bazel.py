@@ -29,7 +29,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import run_example_suite as suite  # noqa: E402
-from tests_support import BAZEL, needs_bazel  # noqa: E402
+from tests_support import (BAZEL, copy_of_smoke_workspace,  # noqa: E402
+                           needs_bazel, write_package)
 
 pytestmark = needs_bazel
 
@@ -126,27 +127,18 @@ def _cache_with_requests(ws, path, sizes):
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    repo = str(tmp_path_factory.mktemp("rules_autotune"))
-    suite.copy_workspace(repo)
-    ws = os.path.join(repo, "e2e", "smoke")
-    subprocess.run(["bash", os.path.join(repo, "tools", "bazel_offline",
-                                         "configure.sh"), ws],
-                   check=True, capture_output=True)
+    _, ws = copy_of_smoke_workspace(tmp_path_factory.mktemp("rules_autotune"))
     root_build = os.path.join(ws, "BUILD.bazel")
     with open(root_build) as f:
         text = f.read()
     with open(root_build, "w") as f:  # the new package's tests use it
         f.write(text.replace('name = "mykernels",', 'name = "mykernels",\n'
                              '    visibility = ["//visibility:public"],', 1))
-    pkg = os.path.join(ws, "compiled")
-    os.makedirs(pkg)
     sizes = (100, 1024)  # n not divisible by 16, and divisible
-    for name, text in (("BUILD.bazel", BUILD),
-                       ("sandbox_compile_test.py", SANDBOX_COMPILE_TEST),
-                       ("served_test.py", SERVED_TEST.replace(
-                           "for n in SIZES", f"for n in {sizes!r}"))):
-        with open(os.path.join(pkg, name), "w") as f:
-            f.write(text)
+    pkg = write_package(ws, "compiled", {
+        "BUILD.bazel": BUILD, "sandbox_compile_test.py": SANDBOX_COMPILE_TEST,
+        "served_test.py": SERVED_TEST.replace("for n in SIZES",
+                                              f"for n in {sizes!r}")})
     shutil.copy(os.path.join(HERE, "gpu_standin.py"), pkg)
     _cache_with_requests(ws, os.path.join(pkg, "compiled.textproto"), sizes)
     yield ws

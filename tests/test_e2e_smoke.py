@@ -43,7 +43,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import run_example_suite as suite  # noqa: E402
-from tests_support import BAZEL, needs_bazel  # noqa: E402
+from tests_support import BAZEL, copy_of_smoke_workspace, needs_bazel  # noqa: E402
 
 from autotune import codec  # noqa: E402
 
@@ -158,12 +158,8 @@ def counts(r):
 def smoke(tmp_path_factory):
     """A copy of this repository; e2e/smoke inside it reaches it as
     ../.. (its local_repository and local_path_override)."""
-    repo = str(tmp_path_factory.mktemp("rules_autotune"))
-    suite.copy_workspace(repo)
-    ws = os.path.join(repo, "e2e", "smoke")
-    subprocess.run(["bash", os.path.join(repo, "tools", "bazel_offline",
-                                         "configure.sh"), ws],
-                   check=True, capture_output=True)
+    repo, ws = copy_of_smoke_workspace(
+        tmp_path_factory.mktemp("rules_autotune"))
     transcript = Transcript()
     yield repo, ws, transcript
     transcript.run(ws, [BAZEL, "shutdown"], ws)

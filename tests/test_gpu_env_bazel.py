@@ -23,7 +23,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import run_example_suite as suite  # noqa: E402
-from tests_support import BAZEL, needs_bazel  # noqa: E402
+from tests_support import (BAZEL, copy_of_smoke_workspace,  # noqa: E402
+                           needs_bazel, write_package)
 
 pytestmark = needs_bazel
 
@@ -74,20 +75,11 @@ echo "sh sees GPU_ENV_PROBE=${GPU_ENV_PROBE-<unset>}"
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    repo = str(tmp_path_factory.mktemp("rules_autotune"))
-    suite.copy_workspace(repo)
-    ws = os.path.join(repo, "e2e", "smoke")
-    subprocess.run(["bash", os.path.join(repo, "tools", "bazel_offline",
-                                         "configure.sh"), ws],
-                   check=True, capture_output=True)
-    pkg = os.path.join(ws, "gpuenv")
-    os.makedirs(pkg)
-    for name, text in (("BUILD.bazel", BUILD),
-                       ("visible_py_test.py", PY_TEST),
-                       ("visible_sh_test.sh", SH_TEST)):
-        with open(os.path.join(pkg, name), "w") as f:
-            f.write(text)
-    os.chmod(os.path.join(pkg, "visible_sh_test.sh"), 0o755)
+    _, ws = copy_of_smoke_workspace(tmp_path_factory.mktemp("rules_autotune"))
+    write_package(ws, "gpuenv", {"BUILD.bazel": BUILD,
+                                 "visible_py_test.py": PY_TEST,
+                                 "visible_sh_test.sh": SH_TEST},
+                  executables=["visible_sh_test.sh"])
     yield ws
     suite.bazel(ws, ["shutdown"])
 

@@ -161,3 +161,32 @@ def assert_no_secret(*texts):
             "utf-8", "replace")
         for form in (SECRET, SECRET[:5], urllib.parse.quote(SECRET)):
             assert form not in text, text
+
+
+def copy_of_smoke_workspace(base):
+    """A copy of this repository in `base` and, inside it, e2e/smoke (which
+    reaches the copy as ../..: its local_repository and
+    local_path_override), with the offline Bazel overrides written for
+    it. Returns (repository copy, workspace)."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import run_example_suite
+    repo = str(base)
+    run_example_suite.copy_workspace(repo)
+    ws = os.path.join(repo, "e2e", "smoke")
+    subprocess.run(["bash", os.path.join(repo, "tools", "bazel_offline",
+                                         "configure.sh"), ws],
+                   check=True, capture_output=True)
+    return repo, ws
+
+
+def write_package(ws, package, files, executables=()):
+    """A package of its own in a workspace copy: {file name: text}."""
+    folder = os.path.join(ws, package)
+    os.makedirs(folder)
+    for name, text in files.items():
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(text)
+    for name in executables:
+        os.chmod(os.path.join(folder, name), 0o755)
+    return folder
