@@ -214,12 +214,14 @@ def test_private_cache_under_bazel(monkeypatch, tmp_path):
     assert "TRITON_CACHE_DIR" not in outside
 
 
-def test_users_cache_manager_is_kept_and_named(caplog):
+def test_users_cache_manager_is_kept_and_named(capsys):
     from autotune.measure import triton_cache
     env = {"TRITON_CACHE_MANAGER": "my.module:Manager"}
     triton_cache.configure_environment(("/compiled",), env)
     assert env["TRITON_CACHE_MANAGER"] == "my.module:Manager"
     assert triton_cache.COMPILED_DIRS_ENV not in env
+    assert "TRITON_CACHE_MANAGER=my.module:Manager is set: the compiled " \
+        "kernels in /compiled are not served" in capsys.readouterr().err
 
 
 def test_unwritable_triton_cache_is_one_environment_error(tmp_path,

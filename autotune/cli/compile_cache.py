@@ -110,7 +110,7 @@ def _build(task):
         if path not in sys.path:
             sys.path.insert(0, path)
     os.environ["TRITON_INTERPRET"] = "0"
-    compile_requests.quiet_fp_fusion_notice()
+    compile_check._quiet_fp_fusion_notice()
     from triton.backends.compiler import GPUTarget
     request = CompileRequest(*request)
     target = compile_check.Target(*target)

@@ -25,12 +25,9 @@ for a float), NAME=JSON for a constexpr (a dtype as {"dtype": "fp32"}, a
 @triton.jit function as {"jit": "module:qualname"}; spaces inside a JSON
 string are written \\u0020 so that arguments split on spaces).
 """
-import base64
 import dataclasses
-import hashlib
 import importlib
 import json
-import os
 import time
 
 from autotune import log as logs
@@ -222,11 +219,6 @@ def parse_request(request):
     return Parsed(module, qualname, arguments, options)
 
 
-def describe(request):
-    """One readable line: the kernel, the specialised arguments, options."""
-    return f"{request.kernel}({request.arguments}) [{request.options}]"
-
-
 def mismatch(request, entry):
     """Why `request` cannot be the launch of `entry`'s winner (a
     different kernel, another config's values or options), or None."""
@@ -323,32 +315,3 @@ def compile_request(request, target):
     start = time.perf_counter()
     compiled = triton.compile(src, target=target, options=options)
     return time.perf_counter() - start, compiled
-
-
-def cache_key(request, target):
-    """The folder name Triton files `request`'s binary under for
-    `target` (base32 of the key's sha256, as get_cache_manager names it)."""
-    from triton._C.libtriton import get_cache_invalidating_env_vars
-    from triton.compiler.compiler import make_backend
-    from triton.runtime.cache import get_cache_key
-    src, options = build_source(request, target)
-    backend = make_backend(target)
-    parsed = backend.parse_options(dict(options, **src.parse_options()))
-    key = get_cache_key(src, backend, parsed,
-                        env_vars=get_cache_invalidating_env_vars())
-    digest = hashlib.sha256(key.encode("utf-8")).digest()
-    return base64.b32encode(digest).decode().rstrip("=")
-
-
-def quiet_fp_fusion_notice():
-    # Triton 3.9 warns on every compile that TRITON_DEFAULT_FP_FUSION is
-    # unset; the build uses whatever the test sees.
-    import warnings
-    warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
-
-
-def environment_for_build(environ=None):
-    """Whether this process may build for another: TRITON_INTERPRET must be
-    0 before Triton is imported (kernels are then JITFunctions)."""
-    environ = os.environ if environ is None else environ
-    return environ.get("TRITON_INTERPRET", "0") in ("0", "", "false")

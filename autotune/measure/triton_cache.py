@@ -28,7 +28,6 @@ A compiled-kernel directory is code: load one only from a cache you trust
 import errno
 import json
 import os
-import tempfile
 
 from autotune import log as logs
 
@@ -86,19 +85,6 @@ def cache_dir(environ=None):
         return environ["TRITON_CACHE_DIR"]
     home = environ.get("TRITON_HOME") or os.path.expanduser("~/")
     return os.path.join(home, ".triton", "cache")
-
-
-def unwritable_reason(path=None):
-    """Why Triton could not write its cache at `path` (default: the one it
-    uses), in one line naming TRITON_CACHE_DIR; None when it can."""
-    path = path or cache_dir()
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe"):
-            pass
-        return None
-    except OSError as e:
-        return unwritable_message(path, e)
 
 
 def unwritable_message(path, exc):
