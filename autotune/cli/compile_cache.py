@@ -111,30 +111,30 @@ def _build(task):
             sys.path.insert(0, path)
     os.environ["TRITON_INTERPRET"] = "0"
     compile_check._quiet_fp_fusion_notice()
+    import triton
     from triton.backends.compiler import GPUTarget
     request = CompileRequest(*request)
     target = compile_check.Target(*target)
     result = compile_check.Result(
         target.name, request.kernel.rpartition(":")[2],
         request.arguments, request.options, ok=True)
-    start = time.perf_counter()
     try:
-        seconds, compiled = compile_requests.compile_request(
+        # Parsed first: a malformed request is no compile to time.
+        src, options = compile_requests.build_source(
             request, GPUTarget("cuda", target.capability, 32))
     except CompileCheckError as e:
         result.ok, result.failure, result.reason = False, "COMPILE_ERROR", \
             str(e)[:300]
         return dataclasses.asdict(result)
+    start = time.perf_counter()
+    try:
+        compiled = triton.compile(
+            src, target=GPUTarget("cuda", target.capability, 32),
+            options=options)
     except Exception as e:  # Triton's compile errors, classified
         return dataclasses.asdict(compile_check._failed(result, e, start))
-    result.seconds = round(seconds, 3)
-    result.shared = int(getattr(compiled.metadata, "shared", 0) or 0)
-    result.registers, result.stack = compile_check.resource_usage(
-        compiled.asm.get("cubin", b""))
-    num_warps = compile_requests.parse_request(request).options.get(
-        "num_warps", 4)
-    return dataclasses.asdict(compile_check.apply_limits(result, target,
-                                                         num_warps))
+    return dataclasses.asdict(compile_check.checked(
+        result, compiled, target, options.get("num_warps", 4), start))
 
 
 def _set_build_environment(out, triton_env):

@@ -276,8 +276,16 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
             target=GPUTarget("cuda", target.capability, 32), options=options)
     except Exception as e:
         return _failed(result, e, start)
+    return checked(result, compiled, target, num_warps, start)
+
+
+def checked(result, compiled, target, num_warps, start):
+    """`result` of a compile that succeeded: its shared memory, registers
+    and stack, its seconds since `start`, held against the target's
+    limits (apply_limits)."""
     result.shared = int(getattr(compiled.metadata, "shared", 0) or 0)
-    result.registers, result.stack = resource_usage(compiled.asm["cubin"])
+    result.registers, result.stack = resource_usage(
+        compiled.asm.get("cubin", b""))
     result.seconds = round(time.perf_counter() - start, 3)
     return apply_limits(result, target, num_warps)
 
@@ -550,12 +558,8 @@ def _compile_launch_task(task):
                                   target=GPUTarget(*target), options=options)
     except Exception as e:  # the launch meets the same error, and says so
         return dataclasses.asdict(_failed(result, e, start))
-    result.shared = int(getattr(compiled.metadata, "shared", 0) or 0)
-    result.registers, result.stack = resource_usage(
-        compiled.asm.get("cubin", b""))
-    result.seconds = round(time.perf_counter() - start, 3)
-    return dataclasses.asdict(apply_limits(result, check_target,
-                                           options.get("num_warps", 4)))
+    return dataclasses.asdict(checked(result, compiled, check_target,
+                                      options.get("num_warps", 4), start))
 
 
 def compile_planned(where, plan, jobs):

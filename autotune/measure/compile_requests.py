@@ -9,8 +9,8 @@ It is derived with Triton's own binder (`create_function_from_signature`
 over a CUDA backend, then `JITFunction._pack_args`), so a run on the
 interpreter records what a GPU launch of the same arguments computes; on
 a GPU the active target's backend is used. The request is independent of
-the GPU target: `compile_request` rebuilds the launch's signature,
-constexprs and attributes for any CUDA target and hands them to
+the GPU target: `build_source` rebuilds the launch's signature,
+constexprs and attributes for any CUDA target, for
 `triton.compile`, which writes exactly the files the JIT would write,
 under the same cache key (tests/test_compiled_kernels.py checks this key
 against the launch's own with an sm_90 driver stand-in).
@@ -28,7 +28,6 @@ string are written \\u0020 so that arguments split on spaces).
 import dataclasses
 import importlib
 import json
-import time
 
 from autotune import log as logs
 from autotune import unwrap
@@ -305,13 +304,3 @@ def build_source(request, target):
             attrs[(index,)] = backend.parse_attr(attr)
     options = backend.parse_options(_launch_options(parsed))
     return ASTSource(jit, signature, constexprs, attrs), options.__dict__
-
-
-def compile_request(request, target):
-    """Compiles one request for `target` (a GPUTarget) into Triton's cache
-    (TRITON_CACHE_DIR); returns (seconds, compiled kernel)."""
-    import triton
-    src, options = build_source(request, target)
-    start = time.perf_counter()
-    compiled = triton.compile(src, target=target, options=options)
-    return time.perf_counter() - start, compiled
