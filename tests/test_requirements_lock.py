@@ -4,7 +4,8 @@ pinned once (pip.parse installs each line with --no-deps), and
 tools/lock_requirements.py, which makes it, writes such a file.
 
 No network: the lock's packages are checked against the metadata of the
-same versions installed here (requirements.txt pins the top-level ones).
+same versions installed here (requirements.txt pins every one of them,
+so a fresh install is the environment the lock describes).
 """
 import importlib.metadata
 import json
@@ -119,6 +120,21 @@ def test_the_e2e_lock_holds_requirements_in_at_the_tested_versions():
         assert str(need.specifier) == str(tested[_name(need.name)].specifier), (
             f"{REQUIREMENTS_IN}: {need}; requirements.txt has "
             f"{tested[_name(need.name)]}")
+
+
+def test_requirements_txt_pins_every_locked_package_at_its_version():
+    """The test environment is the lock's: a package the lock holds but
+    requirements.txt leaves unpinned drifts to whatever is newest on the
+    day of a fresh install, and the lock is then checked against another
+    version than it names."""
+    tested = {_name(r.name): r for r in _requirements(
+        os.path.join(ROOT, "requirements.txt"))}
+    for name, version in _pins(LOCK).items():
+        assert name in tested, f"requirements.txt does not pin {name} " \
+            f"({LOCK} has {name}=={version})"
+        # ==2.13.0 takes the lock's 2.13.0+cpu (PEP 440 local versions).
+        assert tested[name].specifier.contains(version), (
+            f"requirements.txt has {tested[name]}, {LOCK} {name}=={version}")
 
 
 def test_a_lock_of_top_level_packages_only_is_not_resolved(tmp_path):
