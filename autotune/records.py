@@ -443,43 +443,38 @@ class Entry:
 
 class SelectionRule(NamedTuple):
     """The head-to-head rule: how an incumbent is held against a challenger
-    (a re-tune, an update), and what the merge rule (cache/merge.py) and
-    the report's winner reasons (report/summary.py) apply to two stored
-    entries. A fresh tune without an incumbent is decided by the contest
-    instead (autotune.measure.tuner:ContestRule: a short screen, then
-    rounds where the timings cannot yet separate candidates).
+    (a re-tune, an update; measure/selection.py duel), and what the merge
+    rule (cache/merge.py) applies to two stored entries. A fresh tune
+    without an incumbent is decided by the contest instead
+    (autotune.measure.selection:ContestRule: a short screen, then rounds
+    where the timings cannot yet separate candidates).
 
-    1. Preference order: the incumbent (if it ran correctly), then every
-       candidate the first pass cannot tell from the fastest -- time within
-       max(screen_margin, 2 x the pair's measured relative noise) of it --
-       smallest config first.
-    2. The first candidate in that order is kept unless the fastest
-       candidate of the first pass beats it head to head: rounds of one
-       timing of each, the order alternating between rounds so drift
-       cancels; the challenger wins when the 95% confidence interval of
-       the time ratio (Student's t on the log ratios of the rounds) lies
-       entirely below 1 - min_improvement (1 - incumbent_improvement when
-       the holder is the incumbent). Decided from min_rounds on, as
-       soon as the interval lies below or above that line or the
-       challenger is not faster on average; kept after max_rounds when it
-       still straddles the line. A kept candidate is the winner; a beaten
-       one makes way for the next in order (at most max_duels), and the
-       fastest wins when none is kept.
+    A duel is rounds of one timing of each config, the order alternating
+    between rounds so drift cancels; the challenger wins when the 95%
+    confidence interval of the time ratio (Student's t on the log ratios
+    of the rounds) lies entirely below 1 - min_improvement (1 -
+    incumbent_improvement when the holder is the incumbent). Decided from
+    min_rounds on, as soon as the interval lies below or above that line
+    or the challenger is not faster on average; kept after max_rounds when
+    it still straddles the line.
 
-    The incumbent's wider margin is hysteresis: a fresh tune keeps the
-    smaller of two configs unless the other is shown 5 % faster, so a
-    re-tune that starts from that winner would flip only if the challenger
-    were now shown 8 % faster -- timing noise alone rarely gets there,
-    which keeps regenerated caches byte-identical. Up to 12 rounds: with
-    10 % noise per timing, a challenger truly 20 % faster is shown to clear
-    the 8 % bar in 98.5 % of duels (93.5 % with 8 rounds).
+    The incumbent's wider margin is hysteresis: a re-tune keeps the cached
+    config unless the challenger is shown 8 % faster -- timing noise alone
+    rarely gets there, which keeps regenerated caches byte-identical. Up
+    to 12 rounds: with 10 % noise per timing, a challenger truly 20 %
+    faster is shown to clear the 8 % bar in 98.5 % of duels (93.5 % with
+    8 rounds).
     """
     min_improvement: float = 0.05
     incumbent_improvement: float = 0.08
-    screen_margin: float = 0.10
     min_rounds: int = 4
     max_rounds: int = 12
-    max_duels: int = 3
+
+
+# Fields the rule once had that never changed a measurement: a timing
+# method (Provenance.method) that still names them describes the same
+# measurement as one that does not (cache/merge.py methods_differ).
+RETIRED_RULE_FIELDS = ("screen_margin", "max_duels")
 
 
 DEFAULT_RULE = SelectionRule()

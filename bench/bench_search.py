@@ -321,9 +321,9 @@ def report(args, tools, tables, restrictions, transfers, seeds, tmp):
         print(f"  {name}: {table.landscape().summary()}")
     budgets = ints(args.budgets)
     if budgets:
-        print(f"\nthis search by budget: median mean (worst), local-optimum "
-              f"rate, optimum reached, evaluation at which refinement "
-              f"started: median [range]")
+        print("\nthis search by budget: median mean (worst), local-optimum "
+              "rate, optimum reached, evaluation at which refinement "
+              "started: median [range]")
         print(f"{'table':<22} {'budget':>6} {'best found':>22} {'local':>6} "
               f"{'optimum':>8}  refinement started")
         for name, table in tables.items():

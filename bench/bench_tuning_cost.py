@@ -173,10 +173,10 @@ class OurSide:
     def __init__(self, contest=None):
         # torch and triton: heavy, loaded once the run starts.
         import torch
-        from autotune.measure import backends, tuner
+        from autotune.measure import backends, selection, tuner
         self.torch = torch
         self.tuner = tuner
-        self.contest = tuner.DEFAULT_CONTEST._replace(**(contest or {}))
+        self.contest = selection.DEFAULT_CONTEST._replace(**(contest or {}))
         self.backends = backends
         self.y = torch.zeros(4)
 
@@ -291,7 +291,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0,
                         help="another set of draws (0: the documented one)")
     parser.add_argument("--contest", default="",
-                        help="NAME=VALUE,... fields of tuner.ContestRule to "
+                        help="NAME=VALUE,... fields of selection.ContestRule to "
                         "try instead of the defaults")
     args = parser.parse_args(argv)
     contest = {k: float(v) for k, v in (

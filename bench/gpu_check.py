@@ -110,12 +110,12 @@ GPU_DESELECT = [
 
 # Printed next to regret: ours does not take the argmin of one pass.
 SELECTION_RULE = (
-    "ours: candidates within 10 % of the fastest (the screen margin) are "
-    "tried smallest first, and one is kept unless the fastest is shown at "
-    "least 5 % faster head to head (autotune.records.SelectionRule), so a "
-    "regret up to about 1.05 against an oracle (and triton.autotune's "
-    "argmin) is by design; triton.autotune: the argmin of one do_bench "
-    "pass")
+    "ours: a screen, then rounds that time again the candidates the "
+    "screen cannot separate; configs within 2 % (or a quarter of a "
+    "standard error) count as tied and the smaller is kept "
+    "(autotune.measure.selection:ContestRule), so a regret up to about "
+    "1.02 against an oracle (and triton.autotune's argmin) is by design; "
+    "triton.autotune: the argmin of one do_bench pass")
 
 # Every figure the report names, by section (tests/test_gpu_check.py reads
 # this list against a dry run's report).

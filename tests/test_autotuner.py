@@ -14,7 +14,7 @@ import autotune
 import tiny_kernels
 import tiny_kernels as tk
 from autotune.errors import AutotuneError, AutotuneWarning
-from autotune.measure import tuner
+from autotune.measure import selection, tuner
 from autotune.records import Candidate, Config, Entry
 from autotune.runtime import tuning
 
@@ -38,7 +38,7 @@ class RecordedMiss:
         candidates = [Candidate(winner, 2000.0)] + [
             Candidate(c, 0.0, "RUNTIME_ERROR", "boom")
             for c in self.options.configs[1:]]
-        self.result = tuner.TuneResult(candidates, candidates[0], 0.0, 1.5,
+        self.result = selection.TuneResult(candidates, candidates[0], 0.0, 1.5,
                                        "exhaustive")
         return Entry(self.key, winner, 2000.0, candidates,
                      tuner.provenance_for(self.session.backend, self.result))

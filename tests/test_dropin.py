@@ -195,7 +195,6 @@ def test_kernel_decorated_before_the_interpreter_was_selected(tmp_path):
     """No GPU, TRITON_INTERPRET unset, the kernel module imported before
     autotune: Triton compiled the kernel for a GPU. The launch says so and
     what to change, instead of Triton's "0 active drivers"."""
-    import autotune
     if backends.gpu_driver_visible():
         pytest.skip("a GPU driver is visible: the kernel is not interpreted "
                     "there, and that is right")

@@ -10,7 +10,7 @@ import torch
 import autotune
 from autotune import flags as autotune_flags
 from autotune.measure import backends
-from autotune.measure import tuner
+from autotune.measure import selection, tuner
 from autotune.records import Config
 from autotune.search import evolutionary as ev
 from autotune.runtime.parallel import ParallelEvaluator
@@ -266,7 +266,7 @@ def test_gpu_timing_asks_do_bench_for_the_quartiles(monkeypatch):
     # Not the extremes: one slow outlier must not widen the noise estimate.
     assert calls == [(25.0, 100.0, (0.25, 0.5, 0.75))]
     assert timing.median_us == pytest.approx(12.0)
-    assert tuner.relative_noise(timing) == pytest.approx(10.0 / 12.0)
+    assert selection.relative_noise(timing) == pytest.approx(10.0 / 12.0)
 
 
 class _FakeCudaClock:
@@ -321,7 +321,7 @@ def test_gpu_timing_of_an_in_place_kernel_times_the_kernel_alone():
         zero_=lambda: flushed.append(1))
     timing = backend.time(clock.run, setup=clock.setup)
     assert timing.median_us == pytest.approx(3.0)
-    assert tuner.relative_noise(timing) == pytest.approx(0.0)
+    assert selection.relative_noise(timing) == pytest.approx(0.0)
     # Between a start and an end event: one launch, never a set-up.
     inside, bracketed, current = False, [], []
     for step in clock.steps:
@@ -407,7 +407,7 @@ def test_a_lost_context_in_a_duel_is_not_a_winner(monkeypatch):
     candidates = [Candidate(a, times[a]), Candidate(b, times[b])]
     timings = {c: backends.Timing([times[c]] * 3) for c in times}
     with pytest.raises(tuner.DeviceContextLostError, match="dueller"):
-        tuner.select_winner(candidates, timings, retime)
+        selection.select_winner(candidates, timings, retime)
 
 
 # -- multi-GPU workers ------------------------------------------------------

@@ -92,3 +92,20 @@ def test_a_tuned_entry_records_its_method_and_what_tuning_bought(
                                                              entry))
     assert any(line.strip().endswith("the first offered config (an untuned "
                                      "launch)") for line in lines), lines
+
+
+def test_the_rules_retired_fields_do_not_set_entries_apart():
+    """Entries tuned while the selection rule still named screen_margin and
+    max_duels (which never changed a measurement) are measured the same
+    way as entries tuned after they went."""
+    old = ("interpreter wall-clock reps=3; rule min_improvement=0.05 "
+           "incumbent_improvement=0.08 screen_margin=0.1 min_rounds=4 "
+           "max_rounds=12 max_duels=3")
+    new = ("interpreter wall-clock reps=3; rule min_improvement=0.05 "
+           "incumbent_improvement=0.08 min_rounds=4 max_rounds=12")
+    [first] = with_method(make_entries(1), method=old)
+    second = first.replace(provenance=first.provenance._replace(method=new))
+    assert not merge.methods_differ(first, second)
+    other = first.replace(provenance=first.provenance._replace(
+        method=new.replace("max_rounds=12", "max_rounds=8")))
+    assert merge.methods_differ(first, other)

@@ -17,7 +17,6 @@ import sys
 import pytest
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

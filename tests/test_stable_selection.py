@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from autotune.measure import backends
-from autotune.measure import tuner
-from autotune.records import Candidate, Config
+from autotune.measure import selection, tuner
+from autotune.records import Config
 
 INCUMBENT = Config({"BLOCK": 64}, num_warps=4)
 CHALLENGER = Config({"BLOCK": 128}, num_warps=4)
@@ -150,7 +150,7 @@ def test_duel_alternates_the_order_of_the_timings():
     def retime(config):
         calls.append(config)
         return backends.Timing([100.0])
-    tuner.duel(retime, INCUMBENT, CHALLENGER)
+    selection.duel(retime, INCUMBENT, CHALLENGER)
     assert calls[:4] == [INCUMBENT, CHALLENGER, CHALLENGER, INCUMBENT]
 
 
@@ -159,9 +159,9 @@ def test_config_that_fails_in_the_duel_loses_it():
         if config == CHALLENGER:
             raise RuntimeError("launch failed")
         return backends.Timing([100.0])
-    result, _ = tuner.duel(retime, INCUMBENT, CHALLENGER)
+    result, _ = selection.duel(retime, INCUMBENT, CHALLENGER)
     assert not result.challenger_won
-    result, _ = tuner.duel(retime, CHALLENGER, INCUMBENT)
+    result, _ = selection.duel(retime, CHALLENGER, INCUMBENT)
     assert result.challenger_won
 
 

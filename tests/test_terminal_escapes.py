@@ -10,7 +10,7 @@ import pytest
 from autotune import Config, codec
 from autotune.cli import cache_tool
 from autotune.log import printable
-from autotune.measure import backends, tuner
+from autotune.measure import backends, selection
 from autotune.records import CacheKey, Candidate, Entry, Provenance
 from autotune.report import summary
 from autotune.runtime import progress
@@ -79,7 +79,7 @@ def test_show_json_stays_raw_json(tmp_path, capsys):
 def test_the_winner_reason_names_configs_escaped(tmp_path):
     entry = codec.load_results(str(_nasty_cache(tmp_path)))[0]
     kind, text = summary.winner_reason(entry)
-    assert kind in ("incumbent", "smaller"), (kind, text)
+    assert kind in (selection.INCUMBENT_KEPT, selection.TIE), (kind, text)
     _assert_clean(text)
     assert "relu" + ESCAPED in text
 
@@ -94,7 +94,7 @@ def _progress_lines(capsys, verbosity="verbose", terminal=False):
     prog.measured(ok, backends.Timing([12.0]))
     bad = Candidate(failing, 0.0, "RUNTIME_ERROR", "boom" + NASTY)
     prog.measured(bad)
-    prog.finish(tuner.TuneResult([ok, bad], ok, 0.1, 0.1, "exhaustive"))
+    prog.finish(selection.TuneResult([ok, bad], ok, 0.1, 0.1, "exhaustive"))
     prog.failed(RuntimeError("gone" + NASTY))
     return capsys.readouterr().err
 
@@ -219,7 +219,7 @@ def test_the_tuning_warnings_print_the_kernel_name_escaped():
     evaluator = types.SimpleNamespace(reference_config=config)
     wrong = Candidate(Config({"BLOCK": 8}), 0.0, "WRONG_RESULT",
                       "y differs" + NASTY)
-    run._report(evaluator, tuner.TuneResult(
+    run._report(evaluator, selection.TuneResult(
         [Candidate(config, 1.0), wrong], None, 0.1, 0.1, "exhaustive"))
     assert len(warned) == 2
     for text in warned:

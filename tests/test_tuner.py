@@ -1,4 +1,4 @@
-"""The fresh selection's contest (tuner.contest, ContestRule): a short
+"""The fresh selection's contest (selection.contest, ContestRule): a short
 screen, rounds that go to the candidates the screen cannot separate, and a
 tie-break to the smaller config only where the timings cannot tell configs
 apart. Timed on a gpu backend whose do_bench is a seeded fake: each
@@ -12,7 +12,7 @@ import types
 import pytest
 import torch
 
-from autotune.measure import backends, tuner
+from autotune.measure import backends, selection, tuner
 from autotune.records import Config
 
 FULL_CALL_MS = 25.0 + 100.0
@@ -54,7 +54,7 @@ def configs(n):
 
 
 def tune(monkeypatch, true_us, noise, seed, time_fn=None,
-         contest_rule=tuner.DEFAULT_CONTEST):
+         contest_rule=selection.DEFAULT_CONTEST):
     import triton.testing
     bench = FakeDoBench(true_us, noise, seed)
     monkeypatch.setattr(triton.testing, "do_bench", bench)
@@ -109,7 +109,7 @@ def test_a_clear_winner_is_settled_by_the_screen(monkeypatch):
     assert result.best.config == configs(8)[0]
     assert len(bench.calls) == 8
     assert bench.requested_ms == pytest.approx(
-        8 * FULL_CALL_MS * tuner.DEFAULT_CONTEST.screen_share)
+        8 * FULL_CALL_MS * selection.DEFAULT_CONTEST.screen_share)
 
 
 def test_a_config_8_percent_faster_than_the_smaller_one_wins(monkeypatch):
@@ -196,8 +196,8 @@ def test_contest_weighs_a_call_by_the_share_it_asked_for():
     """One long call that says A is faster outweighs a short one that says
     the opposite."""
     a, b = configs(2)
-    board = tuner._Contest({a: (100.0, 4.0), b: (100.0, 4.0)}, [0.01, 0.01],
-                           tuner.DEFAULT_CONTEST)
+    board = selection._Contest({a: (100.0, 4.0), b: (100.0, 4.0)}, [0.01, 0.01],
+                           selection.DEFAULT_CONTEST)
     board.add(a, backends.Timing([90.0], share=4.0))
     board.add(b, backends.Timing([110.0], share=4.0))
     board.add(a, backends.Timing([200.0], share=0.1))

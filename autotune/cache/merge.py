@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from autotune.errors import AutotuneError
 from autotune.log import printable
-from autotune.records import DEFAULT_RULE
+from autotune.records import DEFAULT_RULE, RETIRED_RULE_FIELDS
 
 POLICIES = ("fail", "measured", "prefer-faster", "prefer-newer",
             "prefer-first")
@@ -83,8 +83,16 @@ def check_policy(policy):
 def methods_differ(first, second):
     """Whether two entries were measured differently (both record how):
     their times are not comparable head to head."""
-    a, b = first.provenance.method, second.provenance.method
+    a, b = (_current_method(e.provenance.method) for e in (first, second))
     return bool(a and b and a != b)
+
+
+def _current_method(method):
+    """A timing method without the selection rule's retired fields
+    (records.RETIRED_RULE_FIELDS), which entries tuned before they went
+    still name."""
+    return " ".join(word for word in method.split()
+                    if word.split("=", 1)[0] not in RETIRED_RULE_FIELDS)
 
 
 def by_measurement(first, second, incumbent=None, rule=DEFAULT_RULE):

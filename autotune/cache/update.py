@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from autotune.cache import merge
 from autotune.errors import CacheFileError
-from autotune.records import hardware_of, major_minor
+from autotune.records import major_minor
 
 
 class Update(NamedTuple):

@@ -275,7 +275,7 @@ class GpuBackend(Backend):
 
     # The quartiles, not the extremes: GPU timings have rare slow outliers
     # (a clock change, another process), and the noise estimate that decides
-    # which candidates tie (tuner.relative_noise) must not count them, or
+    # which candidates tie (selection.relative_noise) must not count them, or
     # every config ties with the fastest and duels decide everything.
     QUANTILES = (0.25, 0.5, 0.75)
 

@@ -3,12 +3,10 @@ won: the schema that `autotune_cache show --candidates --json`, the Bazel
 JSON report (runtime/session.py), the pytest plugin's --autotune-report
 and the report page all use, built by fusion_record() alone.
 
-Why the winner won is derived from the stored candidates and the
-selection rule (records.SelectionRule, applied by measure/tuner.py
-select_winner): the rule lets a config other than the fastest win only as
-the incumbent or as a smaller config the fastest could not beat head to
-head by the rule's margin; the stored times are those the selection saw
-(duelled candidates carry the median of all their timings).
+Why the winner won is measure/selection.py's explain over the stored
+candidates, the same function that gives select_winner's reason when the
+entry is tuned; the stored times are those the selection saw (candidates
+timed again carry the median of all their timings).
 """
 import collections
 import re
@@ -16,55 +14,22 @@ import re
 from autotune.codec import binary
 from autotune.errors import CacheFileError
 from autotune.log import printable
-from autotune.records import DEFAULT_RULE, hardware_of
+from autotune.measure import selection
+from autotune.records import hardware_of
 
-REASONS = ("fastest", "incumbent", "smaller", "only", "not_measured")
+REASONS = selection.REASONS
 
 
-def winner_reason(entry, rule=DEFAULT_RULE):
-    """(kind, text): kind one of REASONS. The configs named in the text
-    are escaped (log.printable): it is printed, and a cache file may come
-    from anyone."""
-    best = entry.best
-    ok = [c for c in entry.candidates if c.ok]
-    tuner = entry.provenance.tuner
-    if not ok:
-        how = {"nearest": "copied from the nearest tuned shape",
-               "pruned": "the only config left after pruning"}.get(
-                   tuner, "no candidates stored")
-        return "not_measured", how
-    if len(ok) == 1:
-        return "only", "the only config that ran correctly"
-    best_time = entry.run_time_us
-    fastest = min(ok, key=lambda c: (c.run_time_us, c.config.sort_key))
-    if fastest.config == best or fastest.run_time_us >= best_time:
-        close = [c for c in ok if c.config != best and
-                 c.run_time_us <= best_time * (1.0 + rule.screen_margin)]
-        smaller = [c for c in close if c.config.sort_key < best.sort_key]
-        if smaller:
-            return "fastest", (
-                f"fastest; {len(close)} other(s) within the "
-                f"{rule.screen_margin:.0%} screen margin, and it beat the "
-                f"smaller {printable(smaller[0].config.short())} head to "
-                f"head (by more than {rule.min_improvement:.0%})")
-        if close:
-            return "fastest", (
-                f"fastest; {len(close)} other(s) within the "
-                f"{rule.screen_margin:.0%} screen margin, all larger "
-                "configs")
-        return "fastest", "fastest"
-    gap = fastest.run_time_us / best_time - 1.0 if best_time else 0.0
-    if best.sort_key < fastest.config.sort_key:
-        return "smaller", (
-            "tie-break to the smaller config: "
-            f"{printable(fastest.config.short())} "
-            f"measured {-gap:.1%} faster but was not shown "
-            f"{rule.min_improvement:.0%} faster head to head")
-    return "incumbent", (
-        "incumbent kept within the margin: "
-        f"{printable(fastest.config.short())} "
-        f"measured {-gap:.1%} faster but was not shown "
-        f"{rule.incumbent_improvement:.0%} faster head to head")
+def winner_reason(entry, incumbent=selection.UNKNOWN, incumbent_config=None):
+    """(kind, text) of why the entry's winner won: selection.explain over
+    the stored candidates, the function select_winner's own reason comes
+    from. incumbent: what the run knows of the fusion's incumbent
+    (selection.KEPT / REPLACED / NONE; UNKNOWN for an entry read from a
+    file). kind is one of REASONS; config values in the text are escaped."""
+    reason = selection.explain(entry.candidates, entry.best, incumbent,
+                               incumbent_config,
+                               tuner=entry.provenance.tuner)
+    return reason.kind, reason.text()
 
 
 def candidate_rows(entry):
@@ -105,7 +70,7 @@ def fusion_record(key, entry=None, **extra):
         # Candidates and provenance are decoded here, on first use: a
         # malformed one is reported on the record, for the run's summary to
         # name, instead of failing a run whose kernels all worked.
-        kind, text = winner_reason(entry)
+        kind, text = winner_reason(entry, *_incumbent_of(entry, extra))
         prov = entry.provenance
         rows = candidate_rows(entry)
     except CacheFileError as e:
@@ -125,6 +90,22 @@ def fusion_record(key, entry=None, **extra):
         method=prov.method or None,
         candidates=rows)
     return record
+
+
+def _incumbent_of(entry, extra):
+    """What a run's record says of the fusion's incumbent, as
+    winner_reason takes it: a replaced incumbent that did not run
+    correctly (or was not offered) lost no duel, the contest decided."""
+    state = extra.get("incumbent")
+    if state == selection.KEPT:
+        return state, None
+    if state == selection.REPLACED:
+        name = extra.get("incumbent_config")
+        held = next((c.config for c in entry.candidates
+                     if c.ok and c.config.short() == name), None)
+        return (state, held) if held is not None else (selection.NONE, None)
+    return (selection.NONE if extra.get("status") == "tuned"
+            else selection.UNKNOWN), None
 
 
 def _rounded(value):

@@ -19,7 +19,7 @@ import sys
 import time
 
 from autotune import log as logs
-from autotune.records import DEFAULT_RULE
+from autotune.measure import selection
 
 log = logs.get("tuning")
 
@@ -39,18 +39,6 @@ def _stderr_is_terminal():
     handlers = logging.getLogger(logs.ROOT).handlers
     return bool(handlers) and all(
         type(h).__name__ == "_CurrentStderr" for h in handlers)
-
-
-def _why_faster_lost(winner, faster, rule=DEFAULT_RULE):
-    """Why a config measured faster than the winner lost, by the selection
-    rule (measure/tuner.py select_winner; autotune_cache show --candidates
-    says the same): only the smaller config or the incumbent keeps its
-    place within the rule's margins."""
-    if winner.sort_key < faster.sort_key:
-        return (f"lost to the smaller config: not shown "
-                f"{rule.min_improvement:.0%} faster head to head")
-    return (f"lost to the incumbent: not shown "
-            f"{rule.incumbent_improvement:.0%} faster head to head")
 
 
 class TuningProgress:
@@ -132,10 +120,12 @@ class TuningProgress:
         parts = [f"winner {best.config.short()} {_ms(best.run_time_us)}"]
         if ok and best.run_time_us:
             margin = (ok[0].run_time_us / best.run_time_us - 1.0) * 100.0
-            why = "" if margin >= 0 else \
-                "; " + _why_faster_lost(best.config, ok[0].config)
             parts.append(f"runner-up {ok[0].config.short()} "
-                         f"{_ms(ok[0].run_time_us)} ({margin:+.1f}%{why})")
+                         f"{_ms(ok[0].run_time_us)} ({margin:+.1f}%)")
+        if len(result.candidates) > 1:
+            # The selection's own reason (measure/selection.py), the words
+            # `autotune_cache show --candidates` prints for the entry.
+            parts.append("why: " + selection.reason_of(result).text())
         failures = collections.Counter(c.failure for c in result.candidates
                                        if not c.ok)
         if failures:

@@ -28,7 +28,6 @@ from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
 from autotune.cache import neighbours as reuse
 from autotune.cache import update as cache_update
 from autotune.contract import REGENERATE_COMMAND, REPORT_FILE
-from autotune.records import hardware_of, major_minor, tuned_with_triton
 
 # The report page a dump target writes next to its dump.
 REPORT_PAGE_FILE = "autotune_report.html"
@@ -531,7 +530,9 @@ class Session:
         if incumbent is None:
             return entry
         kept = entry.best == incumbent.best
-        self.stats.fusions[key]["incumbent"] = "kept" if kept else "replaced"
+        self.stats.fusions[key].update(
+            incumbent="kept" if kept else "replaced",
+            incumbent_config=incumbent.best.short())
         if not kept:
             self.stats.incumbents_replaced += 1
             return entry

@@ -27,7 +27,7 @@ from typing import Any, Callable, NamedTuple, Optional
 from autotune import log as logs
 from autotune import unwrap
 from autotune.errors import AutotuneError, AutotuneWarning
-from autotune.measure import tuner
+from autotune.measure import selection, tuner
 from autotune.records import Candidate, Entry
 from autotune.runtime import distributed, parallel
 from autotune.runtime import progress as progress_module
@@ -96,7 +96,7 @@ class TuningOptions:
 
 class Tuning:
     """One fusion's miss: session, cache key, launch and options in; the
-    cache entry out (run). After run, `result` is the tuner.TuneResult the
+    cache entry out (run). After run, `result` is the selection.TuneResult the
     entry came from (None when nothing was measured)."""
 
     def __init__(self, session, key, launch, options):
@@ -154,7 +154,7 @@ class Tuning:
             if len(set(configs)) == 1:
                 # Pruned to one: stored without benchmarking, as Triton
                 # does, so a cached run launches the same config.
-                result = tuner.TuneResult([], None, 0.0, 0.0, "pruned")
+                result = selection.TuneResult([], None, 0.0, 0.0, "pruned")
                 return Entry(self.key, configs[0], 0.0, (),
                              tuner.provenance_for(sess.backend, result))
         evaluator = self.evaluator()
@@ -322,7 +322,7 @@ class Tuning:
             evaluator, opts.space, budget=budget, seed=opts.seed,
             seeds=first, pool=pool, time_budget_s=opts.time_budget_s,
             progress=progress, clock=clock)
-        return tuner.reselect(evaluator, result, incumbent), progress
+        return selection.reselect(evaluator, result, incumbent), progress
 
     # -- what it says and records ---------------------------------------
     def _progress(self, candidates, budget=None):
@@ -381,7 +381,7 @@ def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),
     tuner's CandidateEvaluator, and a parallel.CandidatePool, when given,
     measures each batch in its workers; progress.measured(candidate,
     timing), when given, hears of every measurement; clock, when given,
-    counts the seconds of time_budget_s. Returns a tuner.TuneResult."""
+    counts the seconds of time_budget_s. Returns a selection.TuneResult."""
     if budget is None:
         budget = max(16, min(len(space), 64))
     search = EvolutionarySearch(space, budget=budget, seed=seed, seeds=seeds,
@@ -409,5 +409,5 @@ def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),
         raise tuner.no_config_ran(candidates)
     best = next(c for c in candidates if c.config == result.best.config)
     spread = result.best.timing.spread if result.best.timing else 0.0
-    return tuner.TuneResult(candidates, best, spread, result.seconds,
-                            "evolutionary")
+    return selection.TuneResult(candidates, best, spread, result.seconds,
+                                "evolutionary")
