@@ -335,6 +335,92 @@ def test_gpu_timing_of_an_in_place_kernel_times_the_kernel_alone():
     assert flushed
 
 
+def _triton_like_do_bench(clock):
+    """do_bench as Triton 3.6-3.9 runs it, over the fake clock: one launch,
+    five estimate launches (each behind an L2 flush), warm-ups and
+    repetitions sized by the estimate, at least one each."""
+    import statistics
+
+    def do_bench(fn, warmup, rep, quantiles):
+        fn()
+        start = clock.now
+        for _ in range(5):
+            fn()
+        estimate = (clock.now - start) / 5
+        for _ in range(max(1, int(warmup / estimate))):
+            fn()
+        samples = []
+        for _ in range(max(1, int(rep / estimate))):
+            begin = clock.now
+            fn()
+            samples.append(clock.now - begin)
+        clock.repetitions.append(len(samples))
+        if len(samples) == 1:
+            return samples * len(quantiles)
+        q = statistics.quantiles(samples, n=4)
+        return [q[0], statistics.median(samples), q[2]]
+    return do_bench
+
+
+def _timed_on_a_fake_clock(monkeypatch, kernel_ms, share):
+    """A GpuBackend timing call over the fake clock (GPU and host time
+    alike): (Timing, clock)."""
+    import types
+
+    import triton.testing
+    clock = _FakeCudaClock(kernel_ms=kernel_ms, setup_ms=0.0)
+    clock.repetitions = []
+    steady = clock.run
+    launches = []
+
+    def run():  # a little jitter, so a spread can show
+        steady()
+        launches.append(1)
+        clock.now += kernel_ms * 0.01 * (len(launches) % 3)
+    monkeypatch.setattr(triton.testing, "do_bench",
+                        _triton_like_do_bench(clock))
+    monkeypatch.setattr(backends, "time", types.SimpleNamespace(
+        perf_counter=lambda: clock.now / 1e3))
+    backend = _fake_gpu_backend(clock.torch)
+    backend._flush_buffer = lambda: types.SimpleNamespace(zero_=lambda: None)
+    return backend.time(run, share=share), clock, backend
+
+
+def test_a_kernel_slower_than_its_rep_gets_the_floor_of_repetitions(
+        monkeypatch):
+    """do_bench gives a 50 ms kernel one repetition at a screen's 10 ms
+    rep; the call is topped up to MIN_REPETITIONS (more than one sample,
+    a spread), and its wall time (do_bench's launch, five estimates, a
+    warm-up, the repetition, then the floor's) is recorded beside the
+    12.5 ms it asked for."""
+    timing, clock, backend = _timed_on_a_fake_clock(monkeypatch, 50.0, 0.1)
+    assert clock.repetitions == [1]  # what do_bench alone gives
+    assert timing.repetitions == backends.MIN_REPETITIONS >= 3
+    assert len([s for s in clock.steps if s == "run"]) == \
+        8 + backends.MIN_REPETITIONS
+    assert timing.spread > 0
+    assert timing.asked_ms == pytest.approx(12.5)
+    assert timing.wall_ms == pytest.approx(
+        50.0 * (8 + backends.MIN_REPETITIONS), rel=0.05)
+    ledger = backend.timing_ledger().summary()
+    assert ledger["calls"] == 1 and ledger["topped_up_to_min_repetitions"] \
+        == 1
+    assert ledger["wall_over_asked"] > 20
+    assert ledger["fewest_repetitions"] == backends.MIN_REPETITIONS
+
+
+def test_a_fast_kernel_keeps_do_bench_and_records_what_it_cost(monkeypatch):
+    """A 0.2 ms kernel at a screen's share: do_bench's own repetitions
+    (no top-up), and the call's wall time is more than it asked for (the
+    first launch and the five estimates)."""
+    timing, clock, backend = _timed_on_a_fake_clock(monkeypatch, 0.2, 0.1)
+    assert clock.repetitions[0] >= backends.MIN_REPETITIONS
+    assert backend.timing_ledger().topped_up == 0
+    assert timing.repetitions == pytest.approx(clock.repetitions[0], rel=0.15)
+    assert timing.wall_ms > timing.asked_ms
+    assert timing.wall_ms == pytest.approx(clock.now, rel=1e-6)
+
+
 def _realistic_gpu_do_bench(true_us, current, rng):
     """do_bench over simulated GPU timings: most repetitions within a few
     per cent of the kernel's true time, and a few slow outliers (clock

@@ -23,15 +23,72 @@ from autotune.flags import BACKEND_NAMES
 class Timing:
     """One timing call's repetitions. `share`: what the call asked for, as
     a share of the backend's full call (a screen asks for less: its median
-    is noisier, and the tuner weighs it so)."""
-    __slots__ = ("median_us", "spread", "samples", "share")
+    is noisier, and the tuner weighs it so). `asked_ms`: the warm-up and
+    repetition time the call asked for; `wall_ms`: the host wall time it
+    cost (a GPU call also runs do_bench's first launch, its five estimate
+    launches and an L2 flush before every repetition, so a short call
+    costs several times its ask); `repetitions`: the timed repetitions
+    (None where the backend does not know them)."""
+    __slots__ = ("median_us", "spread", "samples", "share", "asked_ms",
+                 "wall_ms", "repetitions")
 
-    def __init__(self, samples_us, share=1.0):
+    def __init__(self, samples_us, share=1.0, asked_ms=None, wall_ms=None,
+                 repetitions=None):
         self.share = share
         self.samples = sorted(samples_us)
         self.median_us = round(statistics.median(self.samples), 3)
         self.spread = ((self.samples[-1] - self.samples[0]) / self.median_us
                        if self.median_us > 0 else 0.0)
+        self.asked_ms = asked_ms
+        self.wall_ms = wall_ms
+        self.repetitions = repetitions
+
+
+class TimingLedger:
+    """What a backend's timing calls asked for and what they cost: calls,
+    asked and wall milliseconds, and the calls topped up to the floor of
+    repetitions (see MIN_REPETITIONS)."""
+
+    def __init__(self):
+        self.calls = 0
+        self.asked_ms = 0.0
+        self.wall_ms = 0.0
+        self.topped_up = 0
+        self.fewest_repetitions = None
+
+    def add(self, timing, topped_up=False):
+        self.calls += 1
+        self.asked_ms += timing.asked_ms or 0.0
+        self.wall_ms += timing.wall_ms or 0.0
+        self.topped_up += bool(topped_up)
+        if timing.repetitions is not None:
+            self.fewest_repetitions = timing.repetitions if \
+                self.fewest_repetitions is None else \
+                min(self.fewest_repetitions, timing.repetitions)
+
+    def summary(self):
+        return {"calls": self.calls, "asked_ms": round(self.asked_ms, 1),
+                "wall_ms": round(self.wall_ms, 1),
+                "wall_over_asked": (round(self.wall_ms / self.asked_ms, 2)
+                                    if self.asked_ms else None),
+                "topped_up_to_min_repetitions": self.topped_up,
+                "fewest_repetitions": self.fewest_repetitions}
+
+
+# The fewest timed repetitions a GPU timing call has. do_bench sizes its
+# repetitions by time (int(rep / its estimate of one launch), at least 1):
+# a kernel slower than a fifth of the asked rep gets fewer than five, one
+# when slower than the rep, a median with no spread that the tuner would
+# weigh like a call of many repetitions. Five is the fewest whose
+# quartiles (what Timing keeps, see GpuBackend.QUANTILES) are three
+# different repetitions.
+MIN_REPETITIONS = 5
+# do_bench's estimate of one launch includes the L2 flush before it (about
+# 0.05 ms on an H200), so it runs fewer repetitions than rep / median; a
+# kernel slow enough to get fewer than MIN_REPETITIONS takes at least a
+# fifth of the rep (2 ms for a screen's 10 ms), next to which the flush is
+# a few per cent: the median is taken this much longer to count them.
+_FLOOR_MARGIN = 1.1
 
 
 def _versions():
@@ -182,6 +239,13 @@ class Backend:
         entry: see Provenance.method)."""
         return f"{self.name} ({type(self).__name__})"
 
+    def timing_ledger(self):
+        """This backend's TimingLedger (every time() call is added)."""
+        ledger = getattr(self, "_ledger", None)
+        if ledger is None:
+            ledger = self._ledger = TimingLedger()
+        return ledger
+
     def time(self, run, setup=None):
         """Times `run` (one launch); returns a Timing in microseconds.
         `setup`, when given, runs before every repetition (restoring the
@@ -213,6 +277,7 @@ class InterpreterBackend(Backend):
                 f"{self.repetitions} repetitions, median")
 
     def time(self, run, setup=None):
+        began = time.perf_counter()
         for _ in range(self.warmup):
             if setup is not None:
                 setup()
@@ -224,7 +289,13 @@ class InterpreterBackend(Backend):
             start = time.perf_counter()
             run()
             samples.append((time.perf_counter() - start) * 1e6)
-        return Timing(samples)
+        # Asked for by count, not time: what the timed repetitions took.
+        timing = Timing(samples, asked_ms=round(sum(samples) / 1e3, 3),
+                        wall_ms=round((time.perf_counter() - began) * 1e3,
+                                      3),
+                        repetitions=len(samples))
+        self.timing_ledger().add(timing)
+        return timing
 
 
 class GpuBackend(Backend):
@@ -293,13 +364,36 @@ class GpuBackend(Backend):
         return q1, median, q3
 
     def time(self, run, setup=None, share=1.0):
-        """share: of the warm-up and repetition times (a screen's call)."""
+        """share: of the warm-up and repetition times (a screen's call).
+        Never fewer than MIN_REPETITIONS repetitions: a do_bench call
+        whose kernel is too slow for its rep is topped up by a run of
+        MIN_REPETITIONS timed repetitions, whose samples the Timing is."""
+        asked_ms = (self.warmup_ms + self.rep_ms) * share
+        start = time.perf_counter()
+        topped_up = False
         if setup is None:
             q1, median, q3 = self._bench_ms(run, share)
-            return Timing([q1 * 1e3, median * 1e3, q3 * 1e3], share)
-        with self.torch.cuda.device(self.device):
-            return Timing([v * 1e3 for v in self._bench_with_setup(
-                run, setup, share)], share)
+            samples = [q1, median, q3]
+            # do_bench's own count: int(rep / estimate), at least 1, the
+            # estimate being the median plus the L2 flush (_FLOOR_MARGIN).
+            repetitions = max(1, int(self.rep_ms * share
+                                     / (_FLOOR_MARGIN * median))) \
+                if median > 0 else None
+            if repetitions is not None and repetitions < MIN_REPETITIONS:
+                with self.torch.cuda.device(self.device):
+                    samples, repetitions = self._bench_with_setup(
+                        run, None, share, repetitions=MIN_REPETITIONS)
+                topped_up = True
+        else:
+            with self.torch.cuda.device(self.device):
+                samples, repetitions = self._bench_with_setup(run, setup,
+                                                              share)
+        wall_ms = (time.perf_counter() - start) * 1e3
+        timing = Timing([v * 1e3 for v in samples], share,
+                        asked_ms=round(asked_ms, 3),
+                        wall_ms=round(wall_ms, 3), repetitions=repetitions)
+        self.timing_ledger().add(timing, topped_up)
+        return timing
 
     def _flush_buffer(self):
         """What do_bench writes to empty the L2 cache before a repetition:
@@ -311,8 +405,12 @@ class GpuBackend(Backend):
             return self.torch.empty(256 * 1024 * 1024, dtype=self.torch.int8,
                                     device=self.device)
 
-    def _bench_with_setup(self, run, setup, share=1.0):
-        """Quartiles in ms of `run` alone, `setup` before every repetition.
+    def _bench_with_setup(self, run, setup, share=1.0, repetitions=None):
+        """([q1, median, q3] in ms of `run` alone, repetitions timed),
+        `setup` (when given) before every repetition; with `repetitions`,
+        that many timed repetitions of a launch that ran already (no
+        estimate, no warm-up), else as many as the share of rep_ms holds,
+        at least MIN_REPETITIONS.
 
         do_bench has no untimed set-up step, and timing set-up + launch
         then subtracting the set-up alone measures the set-up's host sync
@@ -322,43 +420,50 @@ class GpuBackend(Backend):
         loop."""
         cuda = self.torch.cuda
         flush = self._flush_buffer()
-        setup()
-        run()
-        self.synchronize()
-        start, end = cuda.Event(enable_timing=True), \
-            cuda.Event(enable_timing=True)
-        estimate_ms = 0.0
-        for _ in range(3):
-            setup()
-            flush.zero_()
-            start.record()
+
+        def prepare():
+            if setup is not None:
+                setup()
+        if repetitions is None:
+            prepare()
             run()
-            end.record()
-            end.synchronize()
-            estimate_ms += start.elapsed_time(end) / 3
-        estimate_ms = max(estimate_ms, 1e-3)
-        # Each repetition syncs for its set-up: fewer than do_bench's.
-        repetitions = int(min(max(self.rep_ms * share / estimate_ms, 5),
-                              200))
-        warmups = int(min(max(self.warmup_ms * share / estimate_ms, 1), 50))
-        for _ in range(warmups):
-            setup()
-            run()
+            self.synchronize()
+            start, end = cuda.Event(enable_timing=True), \
+                cuda.Event(enable_timing=True)
+            estimate_ms = 0.0
+            for _ in range(3):
+                prepare()
+                flush.zero_()
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                estimate_ms += start.elapsed_time(end) / 3
+            estimate_ms = max(estimate_ms, 1e-3)
+            # Each repetition syncs for its set-up: fewer than do_bench's.
+            repetitions = int(min(max(self.rep_ms * share / estimate_ms,
+                                      MIN_REPETITIONS), 200))
+            warmups = int(min(max(self.warmup_ms * share / estimate_ms, 1),
+                              50))
+            for _ in range(warmups):
+                prepare()
+                run()
         pairs = [(cuda.Event(enable_timing=True),
                   cuda.Event(enable_timing=True)) for _ in range(repetitions)]
         for begin, finish in pairs:
-            setup()
+            prepare()
             flush.zero_()
             begin.record()
             run()
             finish.record()
         self.synchronize()
         samples = sorted(begin.elapsed_time(finish) for begin, finish in pairs)
-        return [statistics.quantiles(samples, n=4)[0]
-                if len(samples) > 1 else samples[0],
-                statistics.median(samples),
-                statistics.quantiles(samples, n=4)[2]
-                if len(samples) > 1 else samples[0]]
+        quartiles = [statistics.quantiles(samples, n=4)[0]
+                     if len(samples) > 1 else samples[0],
+                     statistics.median(samples),
+                     statistics.quantiles(samples, n=4)[2]
+                     if len(samples) > 1 else samples[0]]
+        return quartiles, repetitions
 
 
 def gpu_driver_visible():
