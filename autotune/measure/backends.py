@@ -11,8 +11,10 @@ provenance, a way to time a callable, and a way to classify failures.
 """
 import os
 import statistics
+import threading
 import time
 
+from autotune import log as logs
 from autotune.errors import BackendError
 
 from autotune.flags import BACKEND_NAMES
@@ -89,6 +91,35 @@ MIN_REPETITIONS = 5
 # fifth of the rep (2 ms for a screen's 10 ms), next to which the flush is
 # a few per cent: the median is taken this much longer to count them.
 _FLOOR_MARGIN = 1.1
+
+
+class Watchdog:
+    """Guards a block (a candidate's launch in the tuning process): when it
+    is still running `limit_s` after it began, `message` is logged once,
+    as a warning, from a thread of its own. A launch that hangs inside the
+    process cannot be stopped there (the CUDA context is the process's);
+    in worker processes the pool stops it (runtime/parallel.py)."""
+
+    def __init__(self, limit_s, message):
+        self.limit_s = limit_s
+        self.message = message
+        self.fired = False
+        self._timer = None
+
+    def _expired(self):
+        self.fired = True
+        logs.get("tuning").warning(self.message)
+
+    def __enter__(self):
+        if self.limit_s:
+            self._timer = threading.Timer(self.limit_s, self._expired)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def _versions():

@@ -329,8 +329,9 @@ class CandidateEvaluator:
             self.user_setup()
         start = time.perf_counter()
         try:
-            self.launch_checked(config, self._after_kernel)
-            self.backend.synchronize()
+            with backends.Watchdog(self.timeout_s, _overdue(self, config)):
+                self.launch_checked(config, self._after_kernel)
+                self.backend.synchronize()
         except Exception as e:  # a candidate may fail in any way; classify
             if backends.corrupts_context(e):
                 _stop_for_lost_context(self.name, config, e)
@@ -376,6 +377,16 @@ class CandidateEvaluator:
     def finish(self):
         """Restores the arguments, so the real launch sees the inputs."""
         self._restore()
+
+
+def _overdue(evaluator, config):
+    """What the in-process watchdog says of a first run past its limit."""
+    return (f"autotune: {evaluator.name or 'kernel'} with config {config} "
+            f"is still running after its time limit of "
+            f"{evaluator.timeout_s:g} s (timeout_s): a hung kernel cannot be "
+            "stopped inside the tuning process; tune in worker processes "
+            "(--autotune_workers) to have it stopped and recorded as "
+            "TIMEOUT")
 
 
 def _detail(exc):

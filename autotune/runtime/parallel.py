@@ -12,6 +12,11 @@ workers are plain processes.
 A worker that dies loses nothing the others measured: its in-flight
 candidate is retried on another worker (`retries` times), then recorded as
 a RUNTIME_ERROR naming the lost worker, and a replacement worker starts.
+
+With `time_limit_s`, a watchdog: a worker still on one candidate that
+long after it began measuring it (a hung kernel) is killed, the candidate
+recorded as TIMEOUT naming its config and the limit (not retried), and a
+replacement worker takes the rest.
 """
 import contextlib
 import functools
@@ -33,6 +38,12 @@ from autotune.search.evolutionary import Measurement
 log = logs.get("tuning")
 
 _STOP = None
+# What a worker sends, as (task id, _STARTED), when it begins measuring a
+# task: the watchdog's clock for that task starts there.
+_STARTED = "started"
+# In a worker process: its pipe and the task it is measuring, so that
+# restart_candidate_clock() can say the measuring began later.
+_WORKER = {}
 # The pool's ends of the workers' pipes, in this process. A forked worker
 # inherits every one of them (its own pipe's too): it closes them, so that
 # the pipe it reads reaches end-of-file when the pool's process is gone.
@@ -89,6 +100,8 @@ def _worker_main(factory, device, conn, parent_pid=None, forked=False):
         if task is _STOP:
             return
         task_id, config = task
+        _WORKER.update(conn=conn, task=task_id)
+        conn.send((task_id, _STARTED))
         retire = False
         try:
             m = objective(config)
@@ -107,6 +120,15 @@ def _worker_main(factory, device, conn, parent_pid=None, forked=False):
         if retire:
             conn.close()
             os._exit(3)
+
+
+def restart_candidate_clock():
+    """In a worker: the candidate being measured starts now as far as the
+    watchdog is concerned (called after waiting for the device, which is
+    not the candidate's time). Elsewhere: nothing."""
+    conn = _WORKER.get("conn")
+    if conn is not None:
+        conn.send((_WORKER["task"], _STARTED))
 
 
 _ENV_LOCK = threading.Lock()
@@ -140,7 +162,8 @@ def _visible_devices(device):
 
 class ParallelEvaluator:
     def __init__(self, factory, devices=("cpu0", "cpu1"), retries=1,
-                 gpu=False, start_method="spawn", depth=2):
+                 gpu=False, start_method="spawn", depth=2,
+                 time_limit_s=None):
         if not devices:
             raise ValueError("ParallelEvaluator needs at least one device")
         self.factory = factory
@@ -154,6 +177,8 @@ class ParallelEvaluator:
             # with its own CUDA_VISIBLE_DEVICES.
             raise ValueError("GPU workers need start_method='spawn'")
         self.ctx = multiprocessing.get_context(start_method)
+        self.time_limit_s = time_limit_s
+        self.timed_out = 0
         self.workers = [self._start(d) for d in self.devices]
         self.lost_workers = 0
 
@@ -172,7 +197,10 @@ class ParallelEvaluator:
             proc.start()
         child.close()
         _POOL_ENDS.add(parent)
-        return {"device": device, "proc": proc, "conn": parent, "busy": []}
+        # started: (task id, monotonic time) of the task the worker said
+        # it began measuring last.
+        return {"device": device, "proc": proc, "conn": parent, "busy": [],
+                "started": None}
 
     def evaluate(self, configs):
         pending = list(enumerate(configs))
@@ -193,18 +221,63 @@ class ParallelEvaluator:
                         break  # dead: found below
             waitables = [w["conn"] for w in self.workers] + [
                 w["proc"].sentinel for w in self.workers]
-            ready = multiprocessing.connection.wait(waitables, timeout=1.0)
+            ready = multiprocessing.connection.wait(
+                waitables, timeout=self._wait_s())
             for i, w in enumerate(list(self.workers)):
                 if w["conn"] in ready or w["proc"].sentinel in ready:
                     if not self._drain(w, configs, done):
                         self._replace(i, pending, done, attempts)
+            for i, w in enumerate(list(self.workers)):
+                if self._overdue(w):
+                    self._stop_overdue(i, pending, done, attempts)
         return [done[i] for i in range(len(configs))]
+
+    def _deadline(self, w):
+        """When the candidate the worker is measuring runs out of time, or
+        None (no limit, nothing in flight, or not begun yet)."""
+        if self.time_limit_s is None or not w["busy"] or \
+                w["started"] is None or w["started"][0] != w["busy"][0][0]:
+            return None
+        return w["started"][1] + self.time_limit_s
+
+    def _overdue(self, w):
+        deadline = self._deadline(w)
+        return deadline is not None and time.monotonic() > deadline
+
+    def _wait_s(self):
+        """How long to wait for results: a second, or less when a
+        candidate's deadline comes sooner."""
+        deadlines = [d for d in map(self._deadline, self.workers)
+                     if d is not None]
+        if not deadlines:
+            return 1.0
+        return min(1.0, max(0.01, min(deadlines) - time.monotonic()))
+
+    def _stop_overdue(self, i, pending, done, attempts):
+        """The watchdog: kills the worker of a candidate past its time
+        limit, records the candidate as TIMEOUT (not retried: it would
+        hang again) and starts a replacement for the rest."""
+        w = self.workers[i]
+        task_id, config = w["busy"][0]
+        seconds = time.monotonic() - w["started"][1]
+        w["proc"].kill()
+        w["proc"].join(5.0)
+        self.timed_out += 1
+        detail = (f"still running after {seconds:.1f} s, past its time limit "
+                  f"of {self.time_limit_s:g} s: stopped (worker for device "
+                  f"{w['device']} killed)")
+        log.warning(f"autotune: candidate {config} {detail}")
+        done[task_id] = Measurement(config, None, "TIMEOUT", detail[:200])
+        self._replace(i, pending, done, attempts)
 
     def _drain(self, w, configs, done):
         """Reads every result the worker sent; False when it is dead."""
         try:
             while w["conn"].poll():
                 task_id, payload = w["conn"].recv()
+                if isinstance(payload, str) and payload == _STARTED:
+                    w["started"] = (task_id, time.monotonic())
+                    continue
                 w["busy"] = [b for b in w["busy"] if b[0] != task_id]
                 if task_id not in done:
                     t, failure, detail, timing = payload
@@ -356,7 +429,10 @@ def holding_device(objective, identity, parent_identity=None):
     turn = device_lock.DeviceTurn(identity=identity)
 
     def measure_holding(task):
-        turn.take()
+        if turn.start is None:
+            turn.take()
+            # The wait for the device is not the candidate's time.
+            restart_candidate_clock()
         return objective(task)
     return measure_holding
 
@@ -367,6 +443,14 @@ def _grid_of_config(grid, named, config):
     meta-parameters."""
     value = grid({**named, **config.all_kwargs()})
     return tuple(int(v) for v in value)
+
+
+# A candidate in a worker is stopped by the watchdog this many times its
+# time limit (the evaluator's timeout_s, 60 s by default, which bounds its
+# first run: compiling and one launch) after it began: the first run may
+# take up to the limit, and its timing call (a launch, five estimates, the
+# repetitions) as much again for a kernel that slow.
+WORKER_LIMIT_FACTOR = 2.0
 
 
 class CandidatePool:
@@ -448,12 +532,18 @@ class CandidatePool:
                                                              or {}))
         return pool
 
+    def time_limit_s(self):
+        """The watchdog's limit for one candidate in a worker (see
+        WORKER_LIMIT_FACTOR), or None where the evaluator has no limit."""
+        limit = getattr(self.evaluator, "timeout_s", None)
+        return None if not limit else limit * WORKER_LIMIT_FACTOR
+
     def _start(self):
         if self.gpu_spec is None:
             self.pool = ParallelEvaluator(
                 _forked_factory(self.evaluator),
                 devices=[f"cpu{i}" for i in range(self.workers)],
-                start_method="fork")
+                start_method="fork", time_limit_s=self.time_limit_s())
             return
         import functools
         import pickle
@@ -465,7 +555,8 @@ class CandidatePool:
             spec["parent_device"] = self.parent_device()
         self.pool = ParallelEvaluator(
             functools.partial(_rebuilt_objective, pickle.dumps(spec)),
-            devices=visible_gpu_ids(self.gpu_count), gpu=True)
+            devices=visible_gpu_ids(self.gpu_count), gpu=True,
+            time_limit_s=self.time_limit_s())
 
     def _tasks(self, configs):
         """What the workers are sent: configs, or (config, grid tuple)

@@ -1,0 +1,151 @@
+"""The watchdog: a candidate that runs past its time limit is stopped (in a
+worker process) or named while it still runs (in the tuning process)."""
+import functools
+import logging
+import os
+import time
+
+import pytest
+import torch
+
+from autotune.measure import backends, tuner
+from autotune.records import Config
+from autotune.runtime import parallel
+from autotune.runtime.parallel import ParallelEvaluator
+from autotune.search import evolutionary as ev
+
+LIMIT_S = 1.0
+# Killing the worker and forking its replacement, on a loaded CI machine.
+MARGIN_S = 4.0
+
+
+@pytest.fixture
+def caplog(caplog):
+    """caplog that sees the autotune logger (which does not propagate)."""
+    logger = logging.getLogger("autotune")
+    logger.propagate = True
+    yield caplog
+    logger.propagate = False
+
+
+def hanging_objective(device, hang_on, pids):
+    def objective(config):
+        if config.kwargs["x"] == hang_on:
+            pids.put(os.getpid())
+            time.sleep(600)  # a kernel that never returns
+        return ev.Measurement(config, float(config.kwargs["x"]) + 1.0)
+    return objective
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_hung_candidate_in_a_worker_is_stopped_and_reported(caplog):
+    import multiprocessing
+    pids = multiprocessing.get_context("fork").SimpleQueue()
+    configs = [Config({"x": i}) for i in range(6)]
+    factory = functools.partial(hanging_objective, hang_on=2, pids=pids)
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        with ParallelEvaluator(factory, devices=["cpu0", "cpu1"],
+                               start_method="fork",
+                               time_limit_s=LIMIT_S) as evaluator:
+            results = evaluator.evaluate(configs)
+            assert evaluator.timed_out == 1
+    elapsed = time.monotonic() - start
+    assert elapsed < LIMIT_S + MARGIN_S, elapsed
+    assert [r.config for r in results] == configs
+    for r in results:
+        if r.config.kwargs["x"] == 2:
+            assert r.failure == "TIMEOUT", r.detail
+            assert "time limit of 1 s" in r.detail and "stopped" in r.detail
+        else:
+            assert r.ok and r.time == r.config.kwargs["x"] + 1.0
+    hung = pids.get()
+    assert not _alive(hung)
+    warning = [r.getMessage() for r in caplog.records
+               if "time limit" in r.getMessage()]
+    assert len(warning) == 1 and str(configs[2]) in warning[0], warning
+
+
+def test_no_limit_no_watchdog():
+    configs = [Config({"x": i}) for i in range(3)]
+    factory = functools.partial(hanging_objective, hang_on=-1, pids=None)
+    with ParallelEvaluator(factory, devices=["cpu0"],
+                           start_method="fork") as evaluator:
+        assert all(r.ok for r in evaluator.evaluate(configs))
+        assert evaluator.timed_out == 0
+
+
+class _SleepingEvaluator:
+    """What CandidatePool needs of a tuner.CandidateEvaluator, with the
+    evaluator's time limit; config x=1 hangs."""
+    expected = {"y": None}
+    on_benchmark = None
+    compile_checker = None
+    rejected = {}
+    timeout_s = LIMIT_S / parallel.WORKER_LIMIT_FACTOR
+
+    def precheck(self, configs):
+        pass
+
+    def __call__(self, config):
+        from autotune.records import Candidate
+        if config.kwargs["x"] == 1:
+            time.sleep(600)
+        return Candidate(config, 10.0 + config.kwargs["x"], "NONE", ""), None
+
+
+def test_the_miss_paths_pool_stops_a_hung_candidate_at_its_limit():
+    pool = parallel.CandidatePool(_SleepingEvaluator(), 2)
+    assert pool.time_limit_s() == LIMIT_S
+    start = time.monotonic()
+    try:
+        answers = pool.measure_many([Config({"x": i}) for i in range(4)])
+    finally:
+        pool.close()
+    assert time.monotonic() - start < LIMIT_S + MARGIN_S
+    failures = {c.config.kwargs["x"]: c.failure for c, _ in answers}
+    assert failures == {0: "NONE", 1: "TIMEOUT", 2: "NONE", 3: "NONE"}
+
+
+def test_a_hung_candidate_in_process_is_named_while_it_runs(caplog):
+    """In the tuning process a launch cannot be stopped, but the watchdog
+    names the candidate and its limit while it still runs; once it
+    returns it is recorded as TIMEOUT."""
+    y = torch.zeros(4)
+    returned = []
+
+    def launch(config):
+        time.sleep(1.0)
+        y.fill_(1.0)
+        returned.append(time.time())
+    evaluator = tuner.CandidateEvaluator(
+        backends.InterpreterBackend(), launch, {"y": y}, timeout_s=0.3,
+        name="sleeper")
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        candidate, _ = evaluator(Config({"BLOCK": 16}))
+    assert candidate.failure == "TIMEOUT"
+    named = [r for r in caplog.records if "time limit" in r.getMessage()]
+    assert len(named) == 1, [r.getMessage() for r in caplog.records]
+    text = named[0].getMessage()
+    assert "sleeper" in text and "BLOCK" in text and "0.3 s" in text
+    assert "--autotune_workers" in text
+    assert named[0].created < returned[0]  # while it still ran
+
+
+def test_a_candidate_within_its_limit_is_not_named(caplog):
+    y = torch.zeros(4)
+    evaluator = tuner.CandidateEvaluator(
+        backends.InterpreterBackend(), lambda config: y.fill_(1.0),
+        {"y": y}, timeout_s=5.0, name="quick")
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        candidate, _ = evaluator(Config({"BLOCK": 16}))
+        time.sleep(0.1)
+    assert candidate.ok
+    assert not [r for r in caplog.records if "time limit" in r.getMessage()]
