@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from autotune.measure import device_lock
+from autotune.measure import device_lock, lock_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -512,11 +512,11 @@ def test_a_read_only_lock_directory_is_one_line(tmp_path):
 
 
 def test_the_default_directory_is_this_users_own(tmp_path, monkeypatch):
-    assert device_lock.DEFAULT_LOCK_DIR == \
+    assert lock_files.DEFAULT_LOCK_DIR == \
         f"/tmp/rules_autotune-locks-{os.getuid()}"
     monkeypatch.delenv(device_lock.LOCK_DIR_ENV, raising=False)
     default = tmp_path / "default"
-    monkeypatch.setattr(device_lock, "DEFAULT_LOCK_DIR", str(default))
+    monkeypatch.setattr(lock_files, "DEFAULT_LOCK_DIR", str(default))
     assert device_lock.lock_dir() == str(default)
     # Missing: created private.
     turn = device_lock.DeviceTurn(identity="gpu-x")
@@ -537,7 +537,7 @@ def test_a_planted_default_directory_is_refused(tmp_path, monkeypatch):
     elsewhere.mkdir()
     default = tmp_path / "default"
     default.symlink_to(elsewhere)
-    monkeypatch.setattr(device_lock, "DEFAULT_LOCK_DIR", str(default))
+    monkeypatch.setattr(lock_files, "DEFAULT_LOCK_DIR", str(default))
     with pytest.raises(device_lock.DeviceLockError) as raised:
         device_lock.DeviceTurn(identity="gpu-x").take()
     text = _one_line(raised.value)

@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import gpu_slot  # noqa: E402
-from autotune.measure import device_lock  # noqa: E402
+from autotune.measure import device_lock, lock_files  # noqa: E402
 
 WRAPPER = os.path.join(ROOT, "tools", "gpu_slot.py")
 JOB = os.path.join(HERE, "workers", "slot_job.py")
@@ -140,8 +140,10 @@ def test_device_count_and_kind_come_from_the_environment():
 
 
 def test_the_wrapper_uses_autotunes_lock_directory():
-    assert gpu_slot.LOCK_DIR_ENV == device_lock.LOCK_DIR_ENV
-    assert gpu_slot.DEFAULT_LOCK_DIR == device_lock.DEFAULT_LOCK_DIR
+    # One module for both: the wrapper loads the package's own file.
+    assert os.path.samefile(gpu_slot.lock_files.__file__,
+                            lock_files.__file__)
+    assert device_lock.lock_dir is lock_files.lock_dir
 
 
 def test_regenerate_runs_dump_targets_under_the_wrapper(tmp_path):
@@ -299,10 +301,10 @@ def test_a_read_only_lock_directory_is_one_line(tmp_path):
 
 
 def test_the_default_directory_is_this_users_own(tmp_path, monkeypatch):
-    assert gpu_slot.DEFAULT_LOCK_DIR == \
+    assert gpu_slot.lock_files.DEFAULT_LOCK_DIR == \
         f"/tmp/rules_autotune-locks-{os.getuid()}"
     default = tmp_path / "default"
-    monkeypatch.setattr(gpu_slot, "DEFAULT_LOCK_DIR", str(default))
+    monkeypatch.setattr(gpu_slot.lock_files, "DEFAULT_LOCK_DIR", str(default))
     assert gpu_slot.lock_directory({}) == str(default)
     assert (default.stat().st_mode & 0o777) == 0o700
     default.rmdir()

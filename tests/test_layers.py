@@ -262,6 +262,61 @@ def unexplained_function_imports(root=ROOT):
     return found
 
 
+# Calls that run a file by its path, which an import statement does not
+# show: the layer rule cannot see what such a call loads.
+PATH_LOADERS = {"spec_from_file_location", "SourceFileLoader",
+                "SourcelessFileLoader", "run_path", "load_source", "exec"}
+
+
+def _names_tools(node):
+    """A string in `node` that names the scripts' folders as a path part."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            parts = sub.value.replace("\\", "/").split("/")
+            if any(part in SCRIPT_DIRS for part in parts):
+                return True
+    return False
+
+
+def script_path_loads(root=ROOT):
+    """["path:line"] of the package's calls that load a file of `tools/`
+    or `bench/` by its path (or put the folder on sys.path): an upward
+    dependency no import statement shows. A name given to such a call
+    counts when the module assigns it a value naming the folder."""
+    found = []
+    for path in sorted((root / "autotune").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        tainted = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and \
+                    node.value is not None and _names_tools(node.value):
+                targets = node.targets if isinstance(node, ast.Assign) \
+                    else [node.target]
+                for target in targets:
+                    for sub in ast.walk(target):
+                        if isinstance(sub, ast.Name):
+                            tainted.add(sub.id)
+                        elif isinstance(sub, ast.Attribute):
+                            tainted.add(sub.attr)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = getattr(func, "attr", None) or getattr(func, "id", None)
+            on_sys_path = isinstance(func, ast.Attribute) and \
+                func.attr in ("insert", "append") and \
+                ast.unparse(func.value) == "sys.path"
+            if name not in PATH_LOADERS and not on_sys_path:
+                continue
+            arguments = node.args + [k.value for k in node.keywords]
+            used = {getattr(sub, "id", None) or getattr(sub, "attr", None)
+                    for a in arguments for sub in ast.walk(a)}
+            if any(_names_tools(a) for a in arguments) or used & tainted:
+                rel = path.relative_to(root).as_posix()
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
 def test_every_module_has_a_layer():
     missing = [m for m in source_files() if layer_of(m) is None]
     assert not missing, f"give these modules a layer in {__file__}: {missing}"
@@ -290,6 +345,43 @@ def test_function_level_imports_say_why():
     cleaned = sorted(NOT_YET_EXPLAINED - set(found))
     assert not cleaned, (f"these files explain every function-level import "
                          f"now: take them off NOT_YET_EXPLAINED: {cleaned}")
+
+
+def test_no_package_module_loads_a_script_by_its_path():
+    found = script_path_loads()
+    assert not found, (
+        "package modules loading tools/ or bench/ by path (move what they "
+        f"need into the package and import it): {found}")
+
+
+def test_the_checker_sees_a_script_loaded_by_its_path(tmp_path):
+    _write(tmp_path, {
+        "autotune/__init__.py": "",
+        # A lazy loader of tools/NAME.py, as the package once had.
+        "autotune/cli/lazy.py": (
+            "import importlib.util, os\n"
+            "ROOT = os.path.dirname(__file__)\n"
+            "class _Tool:\n"
+            "    def __getattr__(self, attribute):\n"
+            "        spec = importlib.util.spec_from_file_location(\n"
+            "            'x', os.path.join(ROOT, 'tools', 'x.py'))\n"),
+        # The path in a name first.
+        "autotune/cli/named.py": (
+            "import os, runpy, sys\n"
+            "SCRIPT = os.path.join('..', 'bench', 'b.py')\n"
+            "runpy.run_path(SCRIPT)\n"
+            "sys.path.insert(0, 'tools')\n"),
+        # A user's file by its path, and a label naming tools/: fine.
+        "autotune/cli/fine.py": (
+            "import importlib.util, os\n"
+            "LABEL = os.path.join('tools', 'gpu_slot.py')\n"
+            "def load(user_file):\n"
+            "    return importlib.util.spec_from_file_location('m', "
+            "user_file)\n"),
+    })
+    assert script_path_loads(tmp_path) == [
+        "autotune/cli/lazy.py:5", "autotune/cli/named.py:3",
+        "autotune/cli/named.py:4"]
 
 
 def test_the_checker_sees_function_level_imports_and_cycles():

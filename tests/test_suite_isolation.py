@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from autotune.measure import device_lock
+from autotune.measure import device_lock, lock_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -41,7 +41,7 @@ time.sleep(float(sys.argv[2]))
 def test_the_tests_use_a_private_lock_directory():
     directory = os.environ[device_lock.LOCK_DIR_ENV]
     assert os.path.realpath(directory) != os.path.realpath(
-        device_lock.DEFAULT_LOCK_DIR)
+        lock_files.DEFAULT_LOCK_DIR)
     assert device_lock.lock_dir() == directory
     assert os.environ[OWN_LOCK_DIR_ENV] == directory
 
@@ -62,8 +62,8 @@ def test_lock_using_tests_pass_while_another_process_holds_the_host_lock():
     for it nor time out."""
     env = _bare_environment()
     host_lock = os.path.join(
-        device_lock.DEFAULT_LOCK_DIR,
-        device_lock._safe(device_lock.device_identity(None)) + ".lock")
+        lock_files.DEFAULT_LOCK_DIR,
+        lock_files.safe_name(device_lock.device_identity(None)) + ".lock")
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_HOST_LOCK, host_lock, "600"],
         cwd=ROOT, env=dict(env, PYTHONPATH=ROOT), stdout=subprocess.PIPE,

@@ -27,37 +27,49 @@ regular file is refused with one line, and every variable above is
 checked and bounded before use.
 
 Standard library only: it runs before and around the test's own Python.
+The lock directory and its files are autotune's own
+(autotune/measure/lock_files.py, which imports nothing of autotune): this
+wrapper loads that file by its path, beside this one in the repository
+and in the wrapper's runfiles under Bazel, not the package.
 """
-import errno
-import fcntl
+import importlib.util
 import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
 
-LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
-# autotune.measure.device_lock.DEFAULT_LOCK_DIR (this file imports nothing
-# of autotune): per user, never a directory every user can write.
-DEFAULT_LOCK_DIR = f"/tmp/rules_autotune-locks-{os.getuid()}"
-DEVICES_ENV = "AUTOTUNE_GPU_SLOT_DEVICES"
-LOADS_ENV = "AUTOTUNE_GPU_SLOT_LOADS_PER_DEVICE"
+LOCK_FILES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "autotune", "measure", "lock_files.py")
+
+
+def _load_lock_files(path=LOCK_FILES):
+    if not os.path.isfile(path):
+        raise SystemExit(f"gpu_slot: error: {path}: missing (this wrapper "
+                         "runs from a rules_autotune tree, or from its "
+                         "runfiles under Bazel)")
+    spec = importlib.util.spec_from_file_location("_autotune_lock_files",
+                                                  path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+lock_files = _load_lock_files()
+DEVICES_ENV = lock_files.SLOT_DEVICES_ENV
+LOADS_ENV = lock_files.SLOT_LOADS_ENV
 KIND_ENV = "AUTOTUNE_GPU_SLOT_KIND"
 DEFAULT_LOADS_PER_DEVICE = 2
 # Far above any machine, far below a list that would not fit in memory or
 # a loop that would not end: each slot is a file.
 MAX_DEVICES = 256
 MAX_LOADS_PER_DEVICE = 64
-MAX_PATH = 4096
 POLL_S = 0.2
 # An entry of CUDA_VISIBLE_DEVICES: an index, or a GPU or MIG UUID.
 _VISIBLE_ENTRY = re.compile(r"-?[A-Za-z0-9][A-Za-z0-9:/_.-]{0,127}")
-_OPEN_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-               | os.O_CLOEXEC)
-_FIX = f"remove it, or set {LOCK_DIR_ENV} to a directory of yours"
 
 
 class SlotError(Exception):
@@ -164,10 +176,6 @@ def kind(env=None):
         env.get("AUTOTUNE_FLAGS", "") else "load"
 
 
-def _safe(name):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-
-
 class Slot:
     """flocks held on the share files of one device: all of them for a
     dump, one for a load."""
@@ -182,146 +190,22 @@ class Slot:
         self.fds = []
 
 
-def _file_kind(mode):
-    for test, name in ((stat.S_ISLNK, "a symbolic link"),
-                       (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISREG, "a regular file")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _what_is(path):
-    try:
-        return _file_kind(os.lstat(path).st_mode)
-    except OSError:
-        return None
-
-
-def _open_slot_file(path):
-    """A read-write descriptor of the regular file at `path`, created if
-    missing; never through a link, never blocking on a FIFO; SlotError
-    (one line) for anything else."""
-    try:
-        fd = os.open(path, _OPEN_FLAGS, 0o666)
-    except OSError as e:
-        kind = _what_is(path)
-        if e.errno == errno.ELOOP or kind not in (None, "a regular file"):
-            kind = kind or "a symbolic link"
-            reason = f"{kind}, not a regular file; " + (
-                "not followed" if kind == "a symbolic link" else "not used")
-        else:
-            reason = e.strerror or str(e)
-        raise SlotError(f"slot file {path}: {reason} ({_FIX})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise SlotError(f"slot file {path}: {_file_kind(st.st_mode)}, "
-                            f"not a regular file; not used ({_FIX})")
-        if st.st_nlink != 1:
-            raise SlotError(f"slot file {path}: has {st.st_nlink} hard "
-                            f"links; not used ({_FIX})")
-        if st.st_uid == os.getuid():
-            os.fchmod(fd, 0o666)  # every user of the directory shares it
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+def lock_directory(env=None):
+    """The slot files' directory, created if missing and checked
+    (lock_files.ensure_lock_dir). SlotError: one line."""
+    return lock_files.checked_lock_dir(os.environ if env is None else env,
+                                       SlotError)
 
 
 def _try_lock(path):
-    fd = _open_slot_file(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None
-        raise SlotError(f"slot file {path}: {e.strerror or e}") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError:
-        pass  # held all the same; only the pid in it is missing
-    return fd
-
-
-def not_absolute(directory):
-    """Why `directory` cannot be the lock directory, or None when it is an
-    absolute path (autotune.measure.device_lock:not_absolute: a relative
-    one is another directory in each test's runfiles tree)."""
-    if directory.startswith("~"):
-        return (f"starts with ~, and ~ is not expanded here (no shell "
-                f"expands it inside --test_env= or a .bazelrc line); set "
-                f"{LOCK_DIR_ENV} to an absolute path")
-    if not os.path.isabs(directory):
-        return (f"a relative path, which each working directory (each "
-                f"Bazel test's runfiles tree) would resolve to a lock of "
-                f"its own; set {LOCK_DIR_ENV} to an absolute path")
-    return None
-
-
-def lock_directory(env=None):
-    """The slot files' directory, created if missing and checked: the
-    default must be a directory (not a link) of this user's (a group- or
-    world-writable mode is narrowed); $AUTOTUNE_LOCK_DIR, the user's own
-    choice, must be an absolute path to a directory. SlotError: one
-    line."""
-    env = os.environ if env is None else env
-    directory = env.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR
-    what = f"lock directory {_shown(directory, 300)}" \
-        if not directory.isprintable() else f"lock directory {directory}"
-    if len(directory) > MAX_PATH:
-        raise SlotError(f"{what}: longer than {MAX_PATH} characters (set "
-                        f"{LOCK_DIR_ENV})")
-    why = not_absolute(directory)
-    if why is not None:
-        raise SlotError(f"{what}: {why}")
-    if directory != DEFAULT_LOCK_DIR:
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as e:
-            raise SlotError(f"{what}: {e.strerror or e} (set "
-                            f"{LOCK_DIR_ENV})") from None
-        return directory
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise SlotError(f"{what}: {e.strerror or e} (set {LOCK_DIR_ENV})") \
-            from None
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY
-                     | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        kind = _what_is(directory)
-        raise SlotError(
-            f"{what}: "
-            + (f"{kind}, not a directory" if kind else e.strerror or str(e))
-            + f"; not used ({_FIX})") from None
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid():
-            raise SlotError(f"{what}: belongs to uid {st.st_uid}, not to "
-                            f"this user (uid {os.getuid()}); not used "
-                            f"({_FIX})")
-        if st.st_mode & 0o022:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o022)
-    finally:
-        os.close(fd)
-    return directory
+    return lock_files.try_lock(path, SlotError, "slot file")
 
 
 def try_take(directory, device_list, slot_kind, loads_per_device):
     """A Slot on the first device with room, or None."""
     for device, lock_name in device_list:
-        paths = [os.path.join(directory,
-                              f"slot-{_safe(lock_name)}-{k}.lock")
+        name = lock_files.safe_name(lock_name)
+        paths = [os.path.join(directory, f"slot-{name}-{k}.lock")
                  for k in range(loads_per_device)]
         if slot_kind == "load":
             for path in paths:

@@ -66,6 +66,7 @@ if __name__ == "__main__":
 sys.path.insert(0, ROOT)
 
 from autotune.cli.regenerate import test_outputs, testlogs_dir  # noqa: E402
+from autotune.measure.lock_files import LOCK_DIR_ENV  # noqa: E402
 REPORT = "autotune_report.json"
 
 
@@ -98,7 +99,6 @@ def configure_offline(workspace):
                    check=True, capture_output=True)
 
 
-LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
 TEST_COMMANDS = ("test", "coverage")
 
 

@@ -61,7 +61,6 @@ or bazel itself could not run.
 """
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -78,6 +77,7 @@ from autotune.codec import CacheFileError
 from autotune.cache import update as cache_update
 from autotune.cli.cache_tool import WORKSPACE_MARKERS, find_workspace
 from autotune.flags import RETUNE_ENV_VAR
+from autotune.measure import lock_files
 from autotune.report import page, summary
 
 from autotune.contract import (DEVICE_TAG_PREFIX,
@@ -86,31 +86,9 @@ from autotune.contract import (DEVICE_TAG_PREFIX,
                                REGENERATE_COMMAND as COMMAND, REPORT_FILE)
 
 # The repository root, where tools/gpu_slot.py is: dump targets run under
-# it, and it uses the standard library alone (it is no part of the
-# package), so regenerate reads its variable names from the file.
+# it, named by its label.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-
-
-class _ToolModule:
-    """tools/NAME.py, loaded at its first use: importing this module must
-    not need the tools folder (an installed package has none)."""
-
-    def __init__(self, name):
-        self._name = name
-        self._module = None
-
-    def __getattr__(self, attribute):
-        if self._module is None:
-            spec = importlib.util.spec_from_file_location(
-                self._name, os.path.join(ROOT, "tools", self._name + ".py"))
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            self._module = module
-        return getattr(self._module, attribute)
-
-
-gpu_slot = _ToolModule("gpu_slot")
 
 
 def _bazel(bazel, args, cwd, capture=True):
@@ -353,14 +331,11 @@ def slot_args(bazel_args, env=None, workspace=None):
     env = os.environ if env is None else env
     if any(a.startswith("--run_under") for a in bazel_args):
         return []
-    try:
-        lock_dir = gpu_slot.lock_directory(env)
-    except gpu_slot.SlotError as e:
-        raise RegenerateError(str(e)) from None
+    lock_dir = lock_files.checked_lock_dir(env, RegenerateError)
     args = [f"--run_under={gpu_slot_label(env, workspace)}",
-            f"--test_env={gpu_slot.LOCK_DIR_ENV}={lock_dir}",
+            f"--test_env={lock_files.LOCK_DIR_ENV}={lock_dir}",
             f"--sandbox_writable_path={lock_dir}"]
-    for name in (gpu_slot.DEVICES_ENV, gpu_slot.LOADS_ENV):
+    for name in (lock_files.SLOT_DEVICES_ENV, lock_files.SLOT_LOADS_ENV):
         if env.get(name):
             args.append(f"--test_env={name}={env[name]}")
     return args

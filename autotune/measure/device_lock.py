@@ -14,187 +14,31 @@ different CUDA_VISIBLE_DEVICES agree; on the interpreter, one lock per host
 so a lock file left behind by a dead process never blocks; the file only
 says which pid held it last, for the message a waiting process logs.
 
-A lock directory may be writable by others (a shared $AUTOTUNE_LOCK_DIR;
-anything under /tmp before the default directory exists), so nothing in
-it is trusted: a lock file is opened without following a link
-(O_NOFOLLOW) and without blocking (a FIFO would), and what was opened is
-checked with fstat before anything is written to it; anything but a
-regular file with one link is refused with one line. The default
-directory is created private (0700) and used only when it is a real
-directory of this user's.
+The lock directory and its files are those of tools/gpu_slot.py's slots
+too, and one module says where they are, how the directory is checked and
+how a file in it is opened (autotune/measure/lock_files.py): nothing in a
+directory others may write is trusted.
 
     turn = DeviceTurn(backend)      # nothing taken yet
     turn.take()                     # blocks until this process holds it
     ...measure...
     turn.release()                  # turn.report(): waited, start, end
 """
-import errno
 import fcntl
-import hashlib
 import os
-import re
 import socket
-import stat
 import threading
 import time
 
 from autotune import log as logs
 from autotune.errors import DeviceLockError
+from autotune.measure import lock_files
+# The lock directory and a lock file's holder, as the callers of the
+# device lock read them.
+from autotune.measure.lock_files import (  # noqa: F401
+    LOCK_DIR_ENV, holder_of, lock_dir)
 
 log = logs.get("device_lock")
-
-LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
-# Per user: a directory every user can write lets anyone plant links and
-# FIFOs where another user's (or root's) lock files go. Not
-# XDG_RUNTIME_DIR: a Bazel test's environment does not carry it, and the
-# test and tools/gpu_slot.py around it must agree on the directory.
-DEFAULT_LOCK_DIR = f"/tmp/rules_autotune-locks-{os.getuid()}"
-MAX_PATH = 4096
-_NAME_LIMIT = 120  # a lock file's name, well under NAME_MAX (255)
-_OPEN_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-               | os.O_CLOEXEC)
-_FIX = f"remove it, or set {LOCK_DIR_ENV} to a directory of yours"
-
-
-def lock_dir(env=None):
-    env = os.environ if env is None else env
-    return env.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR
-
-
-def _safe(name):
-    """A file name for `name`: only [A-Za-z0-9_.-], and bounded (a long
-    name keeps its start and a hash of the whole)."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "device"
-    if len(safe) > _NAME_LIMIT:
-        digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()
-        safe = f"{safe[:_NAME_LIMIT - 17]}-{digest[:16]}"
-    return safe
-
-
-def file_kind(mode):
-    """What a stat mode is, in words."""
-    for test, name in ((stat.S_ISLNK, "a symbolic link"),
-                       (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISREG, "a regular file")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _what_is(path):
-    try:
-        return file_kind(os.lstat(path).st_mode)
-    except OSError:
-        return None
-
-
-def not_absolute(directory):
-    """Why `directory` cannot be a lock directory although it may exist: a
-    relative path names another directory in each working directory (a
-    Bazel test runs in its own runfiles tree), so processes would not
-    take turns; nothing expands a leading ~ here. None when absolute."""
-    if directory.startswith("~"):
-        return (f"starts with ~, and ~ is not expanded here (no shell "
-                f"expands it inside --test_env= or a .bazelrc line); set "
-                f"{LOCK_DIR_ENV} to an absolute path")
-    if not os.path.isabs(directory):
-        return (f"a relative path, which each working directory (each "
-                f"Bazel test's runfiles tree) would resolve to a lock of "
-                f"its own; set {LOCK_DIR_ENV} to an absolute path")
-    return None
-
-
-def ensure_lock_dir(directory):
-    """Creates the lock directory if missing and checks it. The default
-    one must be a directory (not a link) of this user's; a group- or
-    world-writable mode is narrowed. $AUTOTUNE_LOCK_DIR is the user's own
-    choice (it may be shared on purpose): it must be an absolute path
-    to a directory. DeviceLockError: one line, when it cannot be used."""
-    what = f"lock directory {logs.printable(directory)[:300]}"
-    if len(directory) > MAX_PATH or "\0" in directory:
-        raise DeviceLockError(f"{what}: not a usable path (set "
-                              f"{LOCK_DIR_ENV} to a directory)")
-    why = not_absolute(directory)
-    if why is not None:
-        raise DeviceLockError(f"{what}: {why}")
-    if directory != DEFAULT_LOCK_DIR:
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as e:
-            raise DeviceLockError(
-                f"{what}: {e.strerror or e} (set {LOCK_DIR_ENV} to a "
-                "writable directory)") from None
-        return directory
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise DeviceLockError(f"{what}: {e.strerror or e} (set "
-                              f"{LOCK_DIR_ENV} to a writable directory)") \
-            from None
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY
-                     | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        kind = _what_is(directory)
-        raise DeviceLockError(
-            f"{what}: "
-            + (f"{kind}, not a directory" if kind else e.strerror or str(e))
-            + f"; not used ({_FIX})") from None
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid():
-            raise DeviceLockError(
-                f"{what}: belongs to uid {st.st_uid}, not to "
-                f"this user (uid {os.getuid()}); not used ({_FIX})")
-        if st.st_mode & 0o022:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o022)
-    finally:
-        os.close(fd)
-    return directory
-
-
-def open_lock_file(path, error=DeviceLockError):
-    """A read-write descriptor of the regular file at `path`, created if
-    missing: never through a symbolic link, never blocking on a FIFO, and
-    refused (one line, `error`) when what is there is anything but a
-    regular file with one link."""
-    try:
-        fd = os.open(path, _OPEN_FLAGS, 0o666)
-    except OSError as e:
-        kind = _what_is(path)
-        if e.errno == errno.ELOOP or kind not in (None, "a regular file"):
-            kind = kind or "a symbolic link"
-            reason = f"{kind}, not a regular file; " + (
-                "not followed" if kind == "a symbolic link" else "not used")
-        else:
-            reason = e.strerror or str(e)
-        raise error(f"lock file {path}: {reason} ({_FIX})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise error(f"lock file {path}: {file_kind(st.st_mode)}, not a "
-                        f"regular file; not used ({_FIX})")
-        if st.st_nlink != 1:
-            # A hard link to a file elsewhere: writing our pid would
-            # overwrite it.
-            raise error(f"lock file {path}: has {st.st_nlink} hard links; "
-                        f"not used ({_FIX})")
-        fcntl.fcntl(fd, fcntl.F_SETFL,
-                    fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        if st.st_uid == os.getuid():
-            # Anyone sharing the directory may need the lock: no umask
-            # on the mode.
-            os.fchmod(fd, 0o666)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def device_identity(backend):
@@ -216,25 +60,6 @@ def device_identity(backend):
     # list, so processes with the same view at least agree.
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
     return f"gpu-{visible}-{device.index}"
-
-
-def holder_of(path):
-    """The pid written in a lock file, or None (nothing readable, not a
-    regular file, or not a pid)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        text = os.read(fd, 32).strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return int(text) if re.fullmatch(rb"[0-9]{1,10}", text) else None
 
 
 # Under `bazel test` (TEST_TIMEOUT set), a wait still going on when this
@@ -327,20 +152,18 @@ class FileLock:
         self.fd = None
 
     def _open(self):
-        ensure_lock_dir(os.path.dirname(self.path))
-        return open_lock_file(self.path)
+        lock_files.ensure_lock_dir(os.path.dirname(self.path),
+                                   DeviceLockError)
+        return lock_files.open_lock_file(self.path, DeviceLockError)
 
     def try_acquire(self):
         """Takes the lock if it is free; True when taken."""
-        fd = self._open()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return False
-            raise DeviceLockError(f"device lock {self.path}: {e}") from None
-        self._took(fd)
+        lock_files.ensure_lock_dir(os.path.dirname(self.path),
+                                   DeviceLockError)
+        fd = lock_files.try_lock(self.path, DeviceLockError)
+        if fd is None:
+            return False
+        self._held(fd)
         return True
 
     def acquire(self, on_wait=None):
@@ -372,18 +195,13 @@ class FileLock:
             _WAITING.discard(fd)
             if warning is not None:
                 warning.cancel()
-        self._took(fd)
+        lock_files.write_holder(fd)
+        self._held(fd)
         return time.monotonic() - start
 
-    def _took(self, fd):
+    def _held(self, fd):
         self.fd = fd
         _HELD.add(self)
-        # Who holds it, for the message another process logs while waiting.
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:
-            pass  # the lock is held all the same; only the message lacks it
 
     def release(self):
         if self.fd is None:
@@ -410,7 +228,7 @@ class DeviceTurn:
     def __init__(self, backend=None, identity=None, directory=None):
         self.identity = identity or device_identity(backend)
         self.lock = FileLock(
-            os.path.join(directory or lock_dir(), _safe(self.identity)
+            os.path.join(directory or lock_dir(), lock_files.safe_name(self.identity)
                          + ".lock"), f"device {self.identity}")
         self.waited_s = None
         self.start = self.end = None
