@@ -18,7 +18,6 @@ keeps after a tuning. Arguments this project adds (reference=, outputs=,
 rtol=, atol=, space=, search=, ...) are keywords triton.autotune does not
 have.
 """
-import copy
 import hashlib
 import inspect
 import itertools
@@ -35,9 +34,9 @@ from autotune import errors, unwrap
 from autotune.cache import neighbours as reuse
 from autotune.errors import (AutotuneArgumentError, AutotuneError,
                              AutotuneWarning)
-from autotune.measure import backends, tuner
+from autotune.measure import tuner
 from autotune.records import Config
-from autotune.runtime import launch_record, offers, tuning
+from autotune.runtime import launch_record, offers, timing_request, tuning
 from autotune.runtime.session import session
 
 SEARCHES = ("exhaustive", "evolutionary")
@@ -77,6 +76,30 @@ def _notify_listener(fn, key, best_config, configs_timings, duration,
         listener(fn=fn, key=key, best_config=best_config,
                  configs_timings=configs_timings, duration=duration,
                  cache_hit=cache_hit)
+
+
+def _check_arguments(tuner_, search, budget, time_budget_s):
+    """Mistakes a launch would reveal late, refused at decoration."""
+    for param, names in (("key", tuner_.keys),
+                         ("reset_to_zero", tuner_.reset_to_zero),
+                         ("restore_value", tuner_.restore_value)):
+        unknown = [n for n in names if n not in tuner_.arg_names]
+        if unknown:
+            raise AutotuneArgumentError(
+                f"{tuner_.name}: {param} names {', '.join(unknown)}, not "
+                f"arguments of the kernel ({', '.join(tuner_.arg_names)})")
+    if search not in SEARCHES:
+        raise AutotuneArgumentError(
+            f"{tuner_.name}: search={search!r}; expected one of "
+            f"{', '.join(map(repr, SEARCHES))}")
+    for what, value in (("budget", budget),
+                        ("time_budget_s", time_budget_s)):
+        if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float)) or not value > 0):
+            raise AutotuneArgumentError(
+                f"{tuner_.name}: {what}={value!r}; expected a number > 0 "
+                "(or None for the default)")
 
 
 def _check_callables(tuner_, prune, reference):
@@ -257,7 +280,7 @@ class Autotuner(TritonAutotuner):
         self.keys = self.key = list(key or ())
         self.reset_to_zero = list(reset_to_zero or ())
         self.restore_value = list(restore_value or ())
-        self._check_arguments(search, budget, time_budget_s)
+        _check_arguments(self, search, budget, time_budget_s)
         self.space = space
         if not configs and space is None:
             # Triton's default: one config, launched without tuning.
@@ -313,29 +336,6 @@ class Autotuner(TritonAutotuner):
         self._session = None
         self._warned = set()
         _DECORATED.add(self)
-
-    def _check_arguments(self, search, budget, time_budget_s):
-        """Mistakes a launch would reveal late, refused at decoration."""
-        for param, names in (("key", self.keys),
-                             ("reset_to_zero", self.reset_to_zero),
-                             ("restore_value", self.restore_value)):
-            unknown = [n for n in names if n not in self.arg_names]
-            if unknown:
-                raise AutotuneArgumentError(
-                    f"{self.name}: {param} names {', '.join(unknown)}, not "
-                    f"arguments of the kernel ({', '.join(self.arg_names)})")
-        if search not in SEARCHES:
-            raise AutotuneArgumentError(
-                f"{self.name}: search={search!r}; expected one of "
-                f"{', '.join(map(repr, SEARCHES))}")
-        for what, value in (("budget", budget),
-                            ("time_budget_s", time_budget_s)):
-            if value is not None and (
-                    isinstance(value, bool)
-                    or not isinstance(value, (int, float)) or not value > 0):
-                raise AutotuneArgumentError(
-                    f"{self.name}: {what}={value!r}; expected a number > 0 "
-                    "(or None for the default)")
 
     def _set_hooks(self, pre_hook, post_hook):
         """Triton's hooks: a user hook replaces the default one, which
@@ -660,64 +660,11 @@ class Autotuner(TritonAutotuner):
                 _zero_bytes(tensor)
         return setup
 
-    def _time_fn(self, backend):
-        """The timing Triton's arguments ask for, on a GPU; None: the
-        backend's own (the interpreter's wall clock ignores them)."""
-        if backend.name != "gpu":
-            return None
-        bench = self._do_bench
-        if self.use_cuda_graph:
-            from triton.testing import do_bench_cudagraph
-            rep = self.num_reps if self.num_reps is not None else 100
-
-            def bench(fn, quantiles):
-                return do_bench_cudagraph(fn, rep=rep, quantiles=quantiles)
-        elif self.num_warmups is not None or self.num_reps is not None:
-            warm = self.num_warmups if self.num_warmups is not None else 25
-            rep = self.num_reps if self.num_reps is not None else 100
-
-            def time_fn(run, setup=None):
-                # The backend's timing with Triton's warm-up and repetition
-                # times: an in-place kernel's restore stays untimed.
-                timed = copy.copy(backend)
-                timed.warmup_ms, timed.rep_ms = warm, rep
-                return timed.time(run, setup)
-            return time_fn
-        if bench is None:
-            return None
-
-        def time_fn(run, setup=None):
-            if setup is not None:
-                # Triton's benchmark times its hooks with the launch too.
-                launch = run
-
-                def run():
-                    setup()
-                    launch()
-            result = bench(run, quantiles=(0.5, 0.2, 0.8))
-            values = result if isinstance(result, (list, tuple)) else [result]
-            return backends.Timing([v * 1000.0 for v in values])
-        return time_fn
-
-    def _timing_method(self, backend):
-        """How the candidates are measured, in words, for the entry's
-        provenance (entries measured differently are not compared): the
-        timing _time_fn chooses and the selection rule's margins."""
-        rule = " ".join(f"{name}={value}" for name, value in
-                        tuner.DEFAULT_RULE._asdict().items())
-        if not hasattr(backend, "describe_timing"):  # a stand-in backend
-            how = getattr(backend, "name", type(backend).__name__)
-        elif backend.name != "gpu":
-            how = backend.describe_timing()
-        elif self.use_cuda_graph:
-            how = "gpu do_bench_cudagraph"
-        elif self._do_bench is not None:
-            how = "gpu do_bench given to the decorator"
-        elif self.num_warmups is not None or self.num_reps is not None:
-            how = backend.describe_timing(self.num_warmups, self.num_reps)
-        else:
-            how = backend.describe_timing()
-        return f"{how}; rule {rule}"
+    def _timing(self):
+        """The timing Triton's arguments ask for (runtime/timing_request.py)."""
+        return timing_request.TimingRequest(
+            self.num_warmups, self.num_reps, self.use_cuda_graph,
+            self._do_bench)
 
     def _neighbours(self, sess, key):
         return reuse.neighbours(sess.cache, key)
@@ -765,7 +712,8 @@ class Autotuner(TritonAutotuner):
             lambda config, after_kernel=None: self._launch_candidate(
                 config, grid, args, kwargs, named, after_kernel),
             named, make_setup=lambda: self._tuning_setup(named),
-            time_fn=self._time_fn(sess.backend), kernel=self, grid=grid,
+            time_fn=self._timing().time_fn(sess.backend), kernel=self,
+            grid=grid,
             args=args, kwargs=kwargs)
         options = tuning.TuningOptions(
             self.name, configs, space=self.space, search=self.search,
@@ -773,7 +721,7 @@ class Autotuner(TritonAutotuner):
             time_budget_s=self.time_budget_s, timeout_s=self.timeout_s,
             reference=self.reference, outputs=self.outputs, rtol=self.rtol,
             atol=self.atol, warn_once=self._warn_once, default=default,
-            timing_method=self._timing_method(sess.backend))
+            timing_method=self._timing().method(sess.backend))
         return tuning.Tuning(sess, key, launch, options)
 
     def _after_tuning(self, named, result, entry):
