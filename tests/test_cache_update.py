@@ -8,7 +8,7 @@ from autotune.cache import update
 from autotune.cli import regenerate
 from autotune.pytest_plugin import AutotunePlugin
 from autotune.records import Candidate, Config
-from autotune.runtime.session import Session
+from autotune.runtime import dump
 
 from test_e2e_tools import CPU, GPU, entry
 
@@ -144,9 +144,10 @@ def test_the_dump_at_exit_keeps_what_it_did_not_replace(tmp_path):
     path = tmp_path / "dump.textproto"
     codec.dump_results(OLD, path)
     session = types.SimpleNamespace(
-        dump_entries=lambda: list(RUN),
-        _read_existing_dump=lambda p: codec.load_results(p))
-    entries, kept = Session.merged_dump_entries(session, str(path))
+        cache=types.SimpleNamespace(memory={e.key: e for e in RUN}),
+        compile_requests={},
+        options=types.SimpleNamespace(autotune_max_cache_bytes=None))
+    entries, kept = dump.merged_entries(session, str(path))
     expected = update.update(OLD, [("this run", RUN)])
     assert codec.sort_entries(entries) == codec.sort_entries(
         expected.entries)

@@ -56,7 +56,7 @@ NOT_YET_EXPLAINED = {
     "autotune/cli/cache_tool.py",
     "autotune/kernels/matmul.py", "autotune/measure/backends.py",
     "autotune/measure/compile_check.py", "autotune/pytest_plugin.py",
-    "autotune/runtime/parallel.py", "autotune/runtime/session.py",
+    "autotune/runtime/parallel.py",
     "autotune/search/simulate.py", "tools/gen_docs.py",
     "bench/bench_device_lock.py", "bench/bench_distributed.py",
     "bench/bench_parallel.py", "bench/bench_parallel_compile.py",

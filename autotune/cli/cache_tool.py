@@ -37,8 +37,7 @@ from autotune.cache.io import materialize, read_cache, stats, write_cache
 from autotune.cli import compile_cache, merge_driver, remote_tool, report
 from autotune.measure import compile_requests
 from autotune.report import summary
-from autotune.records import (KEY_VERSION, Config, major_minor,
-                              tuned_with_triton)
+from autotune.records import (KEY_VERSION, Config)
 from autotune.runtime import freshness, offers
 from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
                              ToolError)

@@ -1,9 +1,39 @@
-"""May a cached entry be used as it is? The version rule, one place for
-the runtime (autotune/runtime/session.py) and `autotune_cache verify`: an
-entry tuned under another Triton, torch or CUDA major.minor than the
-running ones has drifted (a counted hit by default, stale under
---autotune_version_match=strict). Imports only the records."""
+"""May a cached entry be used as it is, and why did a lookup miss? One
+place for the runtime (autotune/runtime/session.py) and `autotune_cache
+verify`.
+
+The version rule: an entry tuned under another Triton, torch or CUDA
+major.minor than the running ones has drifted (a counted hit by default,
+refused under --autotune_version_match=strict). A refusal (refusal) is a
+cached entry of the very key that must not be used: a winner no longer
+offered, stored candidates an update could not write back, a version
+drift under strict matching. A miss without one is classified against the
+loaded results files (LoadedIndex): the kernel changed, the key format
+changed, the fusion is tuned for other devices only, or it is missing.
+"""
+import collections
+import re
+
+from autotune.cache import update as cache_update
 from autotune.records import major_minor, tuned_with_triton
+from autotune.runtime import offers
+
+# Why a lookup missed (the summary, the JSON report, require-complete).
+MISSING = "missing"
+KERNEL_CHANGED = "kernel changed"
+OTHER_DEVICE = "other device"
+OTHER_VERSION = "other version"
+KEY_FORMAT_CHANGE = "key-format change"
+UNREADABLE = "stored candidates unreadable"
+MISS_REASONS = (MISSING, KERNEL_CHANGED, offers.NOT_OFFERED, OTHER_DEVICE,
+                OTHER_VERSION, KEY_FORMAT_CHANGE, UNREADABLE)
+
+_DEVICE_TRITON = re.compile(r"/triton-[^/]*$")
+
+
+def without_triton(device):
+    """A device key without its Triton version."""
+    return _DEVICE_TRITON.sub("", device)
 
 VERSION_COMPONENTS = (("Triton", "triton_version"),
                       ("torch", "torch_version"), ("CUDA", "cuda_version"))
@@ -29,3 +59,84 @@ def version_drift(provenance, running):
         if then and now and then != now:
             return label, then, now
     return None
+
+
+def refusal(entry, offer, updating, strict_versions, running):
+    """(reason, words) when a cached entry of the very key looked up must
+    not be used; None when it may. offer: what the decoration offers now
+    (runtime/offers.py), or None; updating: this run writes the cache
+    that holds the entry; strict_versions: --autotune_version_match=strict;
+    running: the running versions by provenance field."""
+    why = offer.why_not(entry.best) if offer is not None else None
+    if why is not None:
+        return offers.NOT_OFFERED, why
+    if updating:
+        # An update writes what it uses: an entry whose stored candidates
+        # do not decode could not be written back (a load uses its winner,
+        # and the report names it).
+        problem = cache_update.undecodable(entry)
+        if problem is not None:
+            return UNREADABLE, (f"its stored candidates do not decode "
+                                f"({problem}); measured again")
+    if strict_versions:
+        drift = version_drift(tuned_versions(entry), running)
+        if drift is not None:
+            what, then, now = drift
+            return OTHER_VERSION, (f"tuned with {what} {then}, running "
+                                   f"{now} (--autotune_version_match="
+                                   "strict)")
+    return None
+
+
+class LoadedIndex:
+    """The entries of the loaded results files ({CacheKey: Entry}, and
+    {CacheKey: source}), indexed by fusion, by key without the device's
+    Triton version, and the key versions of each kernel."""
+
+    def __init__(self, loaded, sources):
+        self.loaded = loaded
+        self.sources = sources
+        self.by_fusion = collections.defaultdict(list)
+        self.by_loose = {}
+        self.versions = collections.defaultdict(set)
+        for k, e in loaded.items():
+            self.by_fusion[(k.kernel, k.signature)].append(k)
+            self.by_loose[(without_triton(k.device), k.kernel, k.fingerprint,
+                           k.signature, k.key_version)] = e
+            self.versions[k.kernel].add(k.key_version)
+
+    def other_version(self, key):
+        """A loaded entry of this key tuned under another Triton (the
+        device key names the version): (entry, source), else (None,
+        None)."""
+        entry = self.by_loose.get((without_triton(key.device), key.kernel,
+                                   key.fingerprint, key.signature,
+                                   key.key_version))
+        if entry is None or entry.key.device == key.device:
+            return None, None
+        return entry, self.sources[entry.key]
+
+    def miss_reason(self, key):
+        """Why no loaded entry answered `key` (one of MISS_REASONS)."""
+        if not self.loaded:
+            return MISSING
+        found = self.by_fusion.get((key.kernel, key.signature), ())
+        if any(k.device == key.device and k.fingerprint != key.fingerprint
+               for k in found):
+            return KERNEL_CHANGED
+        if self.versions.get(key.kernel, {key.key_version}) - \
+                {key.key_version}:
+            return KEY_FORMAT_CHANGE
+        if found:
+            return OTHER_DEVICE
+        return MISSING
+
+    def stale(self, keys):
+        """{key: the loaded fingerprint} of the keys whose kernel
+        changed."""
+        wanted = {(k.device, k.kernel, k.signature): k for k in keys}
+        return {wanted[(k.device, k.kernel, k.signature)]: k.fingerprint
+                for k in self.loaded
+                if (k.device, k.kernel, k.signature) in wanted
+                and k.fingerprint != wanted[(k.device, k.kernel,
+                                             k.signature)].fingerprint}

@@ -13,30 +13,24 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import sys
 import threading
 
 from autotune import log as logs
 from autotune import codec, flags
-from autotune.measure import backends, compile_requests, device_lock, stamp
-from autotune.runtime import distributed, freshness, offers
-from autotune.runtime.freshness import (  # noqa: F401  (re-exported)
-    VERSION_COMPONENTS, version_drift)
+from autotune.measure import backends, device_lock, stamp
+from autotune.runtime import distributed, freshness, run_report
+from autotune.runtime import dump as dump_file
+from autotune.runtime.freshness import version_drift
 from autotune.cache.tiers import (CacheConflictError, PerFusionDirectory,
                                     ResultsCache)
 from autotune.cache import neighbours as reuse
 from autotune.cache import update as cache_update
 from autotune.contract import REGENERATE_COMMAND, REPORT_FILE
-
-# The report page a dump target writes next to its dump.
-REPORT_PAGE_FILE = "autotune_report.html"
-from autotune.errors import (AutotuneCacheMissError, AutotuneError, CacheFileError)
+from autotune.errors import (AutotuneCacheMissError, AutotuneError,
+                             CacheFileError)
 
 log = logs.get("runtime")
-
-
-
 
 def _workspace_relative(path):
     """A runfiles path as the user knows it: relative to the workspace."""
@@ -97,21 +91,6 @@ def _saved_by(entry):
     if prov.tuning_seconds:
         return prov.tuning_seconds
     return sum(c.run_time_us for c in entry.candidates) / 1e6
-
-
-# Why a lookup missed (the summary, the JSON report, require-complete).
-MISSING = "missing"
-KERNEL_CHANGED = "kernel changed"
-OTHER_DEVICE = "other device"
-OTHER_VERSION = "other version"
-KEY_FORMAT_CHANGE = "key-format change"
-UNREADABLE = "stored candidates unreadable"
-MISS_REASONS = (MISSING, KERNEL_CHANGED, offers.NOT_OFFERED, OTHER_DEVICE,
-                OTHER_VERSION, KEY_FORMAT_CHANGE, UNREADABLE)
-
-_DEVICE_TRITON = re.compile(r"/triton-[^/]*$")
-def _without_triton(device):
-    return _DEVICE_TRITON.sub("", device)
 
 
 class Session:
@@ -190,7 +169,7 @@ class Session:
                 os.path.realpath(dump) not in loaded:
             # The dump merges into this file at exit: say now, not after
             # the tests ran, that it cannot be read.
-            self._read_existing_dump(dump)
+            dump_file.read_existing(self, dump)
 
     def _check_sharding(self):
         try:
@@ -212,7 +191,6 @@ class Session:
     def _warn_remote_options_without_url(self):
         """Remote options with no URL do nothing: say so once (an empty
         URL variable in a CI job should not pass unnoticed)."""
-        from autotune import flags
         given = [f"--{spec.name}" for spec in flags.FLAGS
                  if spec.name.startswith("autotune_remote_cache_")
                  and getattr(self.options, spec.name) != spec.default]
@@ -265,10 +243,10 @@ class Session:
                 f"({devices}); usable on {self.device_key}: {usable}")
         other_triton = 0
         if self.options.autotune_version_match == "loose":
-            mine = _without_triton(self.device_key)
+            mine = freshness.without_triton(self.device_key)
             other_triton = sum(
                 n for d, n in loaded.by_device.items()
-                if d != self.device_key and _without_triton(d) == mine)
+                if d != self.device_key and freshness.without_triton(d) == mine)
         if other_triton:
             line += (f", and {other_triton} tuned under another Triton "
                      "(hits: --autotune_version_match=loose)")
@@ -333,7 +311,7 @@ class Session:
         with self.lock:
             entry, source = self.cache.lookup(key)
             if entry is None:
-                entry, source = self._other_version(key)
+                entry, source = self._index().other_version(key)
             refusal = None if entry is None else self._refusal(entry, offer)
             if entry is not None and refusal is None:
                 unmeasured = [] if offer is None or source == "memory" \
@@ -344,7 +322,8 @@ class Session:
                 return entry
             self.stats.misses += 1
             self.miss_keys.append(key)
-            reason = refusal[0] if refusal else self._miss_reason(key)
+            reason = refusal[0] if refusal else self._index().miss_reason(
+                key)
             self.stats.miss_reasons[reason] += 1
             if refusal:
                 self.miss_refusals[key] = refusal[1]
@@ -355,7 +334,7 @@ class Session:
                 self.stats.fusions[key] = {"status": "missed", "source": None,
                                            "miss_reason": reason}
                 raise AutotuneCacheMissError(self.miss_keys, self.miss_notes,
-                                             self._stale(self.miss_keys),
+                                             self._index().stale(self.miss_keys),
                                              self.miss_refusals)
             policy = self.options.autotune_miss_policy
             # The default policy needs no neighbours: no scan of the cache.
@@ -386,73 +365,19 @@ class Session:
         return self.cache.store(entry, refused, refuses)
 
     def _refusal(self, entry, offer):
-        """(reason, words) when a cached entry of the very key looked up
-        must not be used; None when it may."""
-        why = offer.why_not(entry.best) if offer is not None else None
-        if why is not None:
-            return offers.NOT_OFFERED, why
-        if self._updating(entry.key):
-            # An update writes what it uses: an entry whose stored
-            # candidates do not decode could not be written back (a load
-            # uses its winner, and the report names it).
-            problem = cache_update.undecodable(entry)
-            if problem is not None:
-                return UNREADABLE, (f"its stored candidates do not decode "
-                                    f"({problem}); measured again")
-        if self.options.autotune_version_match == "strict":
-            drift = self._drift(entry)
-            if drift is not None:
-                what, then, now = drift
-                return OTHER_VERSION, (f"tuned with {what} {then}, running "
-                                       f"{now} (--autotune_version_match="
-                                       "strict)")
-        return None
+        return freshness.refusal(
+            entry, offer, self._updating(entry.key),
+            self.options.autotune_version_match == "strict", self.versions)
 
     def _drift(self, entry):
         return version_drift(freshness.tuned_versions(entry), self.versions)
 
     def _index(self):
-        """(loaded keys by (kernel, signature), loaded entries by their key
-        without the device's Triton version, key versions by kernel) of
-        the loaded results files; built on the first miss."""
+        """The loaded results files' index, built on the first miss."""
         if self._loaded_index is None:
-            by_fusion = collections.defaultdict(list)
-            by_loose = {}
-            versions = collections.defaultdict(set)
-            for k, e in self.cache.loaded.items():
-                by_fusion[(k.kernel, k.signature)].append(k)
-                by_loose[(_without_triton(k.device), k.kernel, k.fingerprint,
-                          k.signature, k.key_version)] = e
-                versions[k.kernel].add(k.key_version)
-            self._loaded_index = by_fusion, by_loose, versions
+            self._loaded_index = freshness.LoadedIndex(self.cache.loaded,
+                                                       self.cache.sources)
         return self._loaded_index
-
-    def _other_version(self, key):
-        """A loaded entry of this key tuned under another Triton (the device
-        key names the version): (entry, source), else (None, None)."""
-        if not self.cache.loaded:
-            return None, None
-        entry = self._index()[1].get((_without_triton(key.device), key.kernel,
-                                      key.fingerprint, key.signature,
-                                      key.key_version))
-        if entry is None or entry.key.device == key.device:
-            return None, None
-        return entry, self.cache.sources[entry.key]
-
-    def _miss_reason(self, key):
-        """Why no loaded entry answered `key` (one of MISS_REASONS)."""
-        if not self.cache.loaded:
-            return MISSING
-        by_fusion, _, versions = self._index()
-        found = by_fusion.get((key.kernel, key.signature), ())
-        if any(k.device == key.device and k.fingerprint != key.fingerprint
-               for k in found):
-            return KERNEL_CHANGED
-        if versions.get(key.kernel, {key.key_version}) - {key.key_version}:
-            return KEY_FORMAT_CHANGE
-        if found:
-            return OTHER_DEVICE
-        return MISSING
 
     def _updating(self, key):
         """Whether this run updates the cache that holds `key` (its file is
@@ -573,15 +498,6 @@ class Session:
                 "exchanges": sum(distributed.EXCHANGES.values())
                 - self._exchanges_before}
 
-    def _stale(self, keys):
-        """Loaded fingerprints of the keys whose kernel changed."""
-        wanted = {(k.device, k.kernel, k.signature): k for k in keys}
-        return {wanted[(k.device, k.kernel, k.signature)]: k.fingerprint
-                for k in self.cache.loaded
-                if (k.device, k.kernel, k.signature) in wanted
-                and k.fingerprint != wanted[(k.device, k.kernel,
-                                             k.signature)].fingerprint}
-
     @contextlib.contextmanager
     def device_turn(self, key):
         """The span of one fusion's tuning: its first measurement takes
@@ -624,126 +540,16 @@ class Session:
             self.compile_requests.setdefault(key, {})[request] = None
 
     def dump_entries(self):
-        """The results this run used: hits and tuned fusions, this device
-        (and entries tuned under another Triton that answered its keys),
-        with the compile requests of their launches."""
-        return [self._with_compile_requests(e) for e in
-                {e.key: e for e in self.cache.memory.values()}.values()]
-
-    def _with_compile_requests(self, entry):
-        """`entry` holding the requests this run recorded for its winner
-        when it holds none (a cache written before they were recorded);
-        an entry that holds some keeps them as they are, so a run that
-        changes nothing writes its file back byte for byte."""
-        seen = self.compile_requests.get(entry.key)
-        if not seen or entry.compile_requests:
-            return entry
-        try:
-            return self._joined_requests(entry, seen)
-        except CacheFileError:
-            # Its stored candidates do not decode: the update measures the
-            # fusion again and records the requests then.
-            return entry
-
-    @staticmethod
-    def _joined_requests(entry, seen):
-        requests = tuple(sorted(
-            r for r in seen if compile_requests.mismatch(r, entry) is None))
-        return entry.replace(compile_requests=requests) if requests \
-            else entry
-
-    def _read_existing_dump(self, path):
-        try:
-            return codec.load_results(
-                path, limit=self.options.autotune_max_cache_bytes)
-        except CacheFileError as e:
-            raise AutotuneError(
-                f"--dump_autotune_results_to: the existing file cannot be "
-                f"read ({e}); the dump merges into it, so fix or remove it")
-
-    def merged_dump_entries(self, path):
-        """What the dump writes: the existing file at `path` updated with
-        the entries this run used (autotune/cache/update.py): a fusion this
-        run met replaces the file's entries of that fusion (an unchanged
-        winner stays as the file had it), every other entry of the file is
-        kept. A dump therefore never drops what it did not replace: not the
-        loaded entries this run did not touch, not the fusions a failed run
-        never reached. Returns (entries, number kept from the file)."""
-        old = self._read_existing_dump(path) \
-            if codec.is_regular_file(path) else []  # /dev/null: nothing
-        updated = cache_update.update(old, [("this run",
-                                             self.dump_entries())])
-        return updated.entries, len(updated.kept)
+        return dump_file.dump_entries(self)
 
     def summary_line(self):
-        s = self.stats
-        line = (f"autotune: {len(s.fusions)} fusions on {self.device_key}: "
-                f"{s.hits} hit, "
-                + (f"{s.remote_hits} remote hit, " if self.cache.remote
-                   else "")
-                + f"{s.tuned} tuned, {s.misses} missed"
-                + (" (" + ", ".join(f"{n} {reason}" for reason, n in
-                                    sorted(s.miss_reasons.items())) + ")"
-                   if s.miss_reasons else "")
-                + (f" ({s.nearest} served by nearest shape)" if s.nearest
-                   else "")
-                + (f"; incumbents: {s.incumbents_kept} kept, "
-                   f"{s.incumbents_replaced} replaced"
-                   if s.incumbents_kept or s.incumbents_replaced else "")
-                + f"; {s.candidate_benchmarks} candidate benchmarks, "
-                f"{s.tuning_seconds:.2f} s tuning, "
-                f"{s.saved_seconds:.2f} s saved by hits")
-        for (what, then, now), n in sorted(s.version_drift.items()):
-            line += (f"; {n} entries tuned with {what} {then}, running {now}:"
-                     " regenerate --retune refreshes them")
-        if s.unmeasured_configs:
-            line += (f"; {s.unmeasured_configs} offered config(s) never "
-                     "measured (an update measures them)")
-        return line
-
-    def _write_report_page(self, dump, entries):
-        path = _page_path(dump)
-        if path is None:
-            return
-        from autotune.report import page
-        try:
-            page.require_matplotlib()
-        except AutotuneError:
-            log.info(f"autotune: no report page next to {dump}: "
-                     f"{page.INSTALL_HINT}")
-            return
-        try:
-            text = page.build_page([(os.path.basename(dump), entries)])
-            codec.atomic_write(path, text.encode())
-        except Exception as e:  # the page is a view of the dump: never
-            # let drawing it fail a run whose dump is written
-            log.warning(f"autotune: warning: no report page next to {dump}: "
-                        f"{type(e).__name__}: {e}")
-            return
-        log.info(f"autotune: report page {_testlogs_path(path)}")
+        return run_report.summary_line(self)
 
     def fusion_records(self):
-        """Every fusion this run met, with its candidates (the schema of
-        autotune.report.summary, shared with the pytest plugin's report)."""
-        from autotune.report import summary
-        return [summary.fusion_record(k, self.cache.memory.get(k), **v)
-                for k, v in sorted(self.stats.fusions.items())]
+        return run_report.fusion_records(self)
 
     def report(self):
-        fusions = self.fusion_records()
-        remote = self.cache.remote
-        return {"device": self.device_key, **self.stats.as_dict(),
-                "loaded": self.load_reports,
-                "remote": remote.report() if remote else None,
-                "distributed": self.distributed_report(),
-                "missing": [{"kernel": k.kernel, "signature": k.signature,
-                             "device": k.device,
-                             "reason": self.stats.fusions.get(k, {}).get(
-                                 "miss_reason"),
-                             **({"note": self.miss_notes[k]}
-                                if k in self.miss_notes else {})}
-                            for k in self.miss_keys],
-                "fusions": fusions}
+        return run_report.report(self)
 
     def finish(self):
         """Dumps the results file if asked and writes the report. Called at
@@ -759,12 +565,12 @@ class Session:
                          f"to write ({dump})")
                 dump = None
             if dump:
-                entries, kept = self.merged_dump_entries(dump)
+                entries, kept = dump_file.merged_entries(self, dump)
                 codec.dump_results(entries, dump)
                 log.info(f"autotune: dumped {len(entries)} entries to {dump} "
                          f"({len(entries) - kept} used by this run, {kept} "
                          "kept from the file)")
-                self._write_report_page(dump, entries)
+                run_report.write_report_page(dump, entries)
             log.info(self.summary_line())
             if self.cache.remote is not None:
                 log.info(self.cache.remote.summary_line())
@@ -781,36 +587,6 @@ class Session:
             if report_path:
                 codec.atomic_write(report_path, json.dumps(
                     self.report(), indent=2, sort_keys=True).encode() + b"\n")
-
-
-def _testlogs_path(path, env=None):
-    """How to find a file of TEST_UNDECLARED_OUTPUTS_DIR after the test:
-    under `bazel test` (TEST_TARGET set) the sandbox path is gone once the
-    test ends, and Bazel keeps the directory under bazel-testlogs (zipped
-    into outputs.zip before Bazel 8)."""
-    env = os.environ if env is None else env
-    target = env.get("TEST_TARGET", "")
-    repo, slashes, rest = target.partition("//")
-    package, colon, name = rest.partition(":")
-    if not slashes or not colon or not name:
-        return path
-    repo = repo.lstrip("@")
-    parts = (["external", repo] if repo else []) + \
-        ([package] if package else []) + [name]
-    outputs = "bazel-testlogs/" + "/".join(parts) + "/test.outputs"
-    return (f"{outputs}/{os.path.basename(path)} once the test is done (in "
-            f"{outputs}/outputs.zip before Bazel 8; written to {path})")
-
-
-def _page_path(dump):
-    """Where a dump target's report page goes: next to its dump, in
-    TEST_UNDECLARED_OUTPUTS_DIR (None elsewhere: a dump outside a test's
-    outputs is someone's own file, and so is the directory it is in)."""
-    outdir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
-    if not outdir or os.path.dirname(os.path.abspath(dump)) != \
-            os.path.abspath(outdir):
-        return None
-    return os.path.join(outdir, REPORT_PAGE_FILE)
 
 
 def _check_output_path(flag, path):

@@ -1,0 +1,65 @@
+"""What a session's dump (--dump_autotune_results_to) writes at exit: the
+results this run used, with the compile requests of their launches,
+merged into the file already there (autotune/cache/update.py)."""
+from autotune import codec
+from autotune.cache import update as cache_update
+from autotune.errors import AutotuneError, CacheFileError
+from autotune.measure import compile_requests
+
+
+def dump_entries(sess):
+    """The results this run used: hits and tuned fusions, this device
+    (and entries tuned under another Triton that answered its keys),
+    with the compile requests of their launches."""
+    return [_with_compile_requests(sess, e) for e in
+            {e.key: e for e in sess.cache.memory.values()}.values()]
+
+
+def _with_compile_requests(sess, entry):
+    """`entry` holding the requests this run recorded for its winner
+    when it holds none (a cache written before they were recorded);
+    an entry that holds some keeps them as they are, so a run that
+    changes nothing writes its file back byte for byte."""
+    seen = sess.compile_requests.get(entry.key)
+    if not seen or entry.compile_requests:
+        return entry
+    try:
+        return _joined_requests(entry, seen)
+    except CacheFileError:
+        # Its stored candidates do not decode: the update measures the
+        # fusion again and records the requests then.
+        return entry
+
+
+def _joined_requests(entry, seen):
+    requests = tuple(sorted(
+        r for r in seen if compile_requests.mismatch(r, entry) is None))
+    return entry.replace(compile_requests=requests) if requests \
+        else entry
+
+
+def read_existing(sess, path):
+    """The entries of the file the dump merges into; an AutotuneError
+    naming it when it cannot be read (checked at start-up too)."""
+    try:
+        return codec.load_results(
+            path, limit=sess.options.autotune_max_cache_bytes)
+    except CacheFileError as e:
+        raise AutotuneError(
+            f"--dump_autotune_results_to: the existing file cannot be "
+            f"read ({e}); the dump merges into it, so fix or remove it")
+
+
+def merged_entries(sess, path):
+    """What the dump writes: the existing file at `path` updated with
+    the entries this run used (autotune/cache/update.py): a fusion this
+    run met replaces the file's entries of that fusion (an unchanged
+    winner stays as the file had it), every other entry of the file is
+    kept. A dump therefore never drops what it did not replace: not the
+    loaded entries this run did not touch, not the fusions a failed run
+    never reached. Returns (entries, number kept from the file)."""
+    old = read_existing(sess, path) \
+        if codec.is_regular_file(path) else []  # /dev/null: nothing
+    updated = cache_update.update(old, [("this run",
+                                         dump_entries(sess))])
+    return updated.entries, len(updated.kept)

@@ -1,0 +1,121 @@
+"""What a session tells at its end: the summary line, the JSON report
+(autotune_report.json, the schema of autotune.report.summary for its
+fusions) and the report page a dump target writes next to its dump."""
+import os
+
+from autotune import codec
+from autotune import log as logs
+from autotune.errors import AutotuneError
+from autotune.report import page, summary
+
+log = logs.get("runtime")
+
+# The report page a dump target writes next to its dump.
+REPORT_PAGE_FILE = "autotune_report.html"
+
+
+def summary_line(sess):
+    """The one line a session logs at its end: fusions by outcome, why
+    lookups missed, incumbents, benchmarks and seconds, version drift."""
+    s = sess.stats
+    line = (f"autotune: {len(s.fusions)} fusions on {sess.device_key}: "
+            f"{s.hits} hit, "
+            + (f"{s.remote_hits} remote hit, " if sess.cache.remote
+               else "")
+            + f"{s.tuned} tuned, {s.misses} missed"
+            + (" (" + ", ".join(f"{n} {reason}" for reason, n in
+                                sorted(s.miss_reasons.items())) + ")"
+               if s.miss_reasons else "")
+            + (f" ({s.nearest} served by nearest shape)" if s.nearest
+               else "")
+            + (f"; incumbents: {s.incumbents_kept} kept, "
+               f"{s.incumbents_replaced} replaced"
+               if s.incumbents_kept or s.incumbents_replaced else "")
+            + f"; {s.candidate_benchmarks} candidate benchmarks, "
+            f"{s.tuning_seconds:.2f} s tuning, "
+            f"{s.saved_seconds:.2f} s saved by hits")
+    for (what, then, now), n in sorted(s.version_drift.items()):
+        line += (f"; {n} entries tuned with {what} {then}, running {now}:"
+                 " regenerate --retune refreshes them")
+    if s.unmeasured_configs:
+        line += (f"; {s.unmeasured_configs} offered config(s) never "
+                 "measured (an update measures them)")
+    return line
+
+
+def fusion_records(sess):
+    """Every fusion this run met, with its candidates (the schema of
+    autotune.report.summary, shared with the pytest plugin's report)."""
+    return [summary.fusion_record(k, sess.cache.memory.get(k), **v)
+            for k, v in sorted(sess.stats.fusions.items())]
+
+
+def report(sess):
+    """The JSON report (autotune_report.json) of a session."""
+    fusions = fusion_records(sess)
+    remote = sess.cache.remote
+    return {"device": sess.device_key, **sess.stats.as_dict(),
+            "loaded": sess.load_reports,
+            "remote": remote.report() if remote else None,
+            "distributed": sess.distributed_report(),
+            "missing": [{"kernel": k.kernel, "signature": k.signature,
+                         "device": k.device,
+                         "reason": sess.stats.fusions.get(k, {}).get(
+                             "miss_reason"),
+                         **({"note": sess.miss_notes[k]}
+                            if k in sess.miss_notes else {})}
+                        for k in sess.miss_keys],
+            "fusions": fusions}
+
+
+def write_report_page(dump, entries):
+    """The report page of a dump target's dump, next to it (page_path);
+    never fails the run: the page is a view of the dump."""
+    path = page_path(dump)
+    if path is None:
+        return
+    try:
+        page.require_matplotlib()
+    except AutotuneError:
+        log.info(f"autotune: no report page next to {dump}: "
+                 f"{page.INSTALL_HINT}")
+        return
+    try:
+        text = page.build_page([(os.path.basename(dump), entries)])
+        codec.atomic_write(path, text.encode())
+    except Exception as e:  # the page is a view of the dump: never
+        # let drawing it fail a run whose dump is written
+        log.warning(f"autotune: warning: no report page next to {dump}: "
+                    f"{type(e).__name__}: {e}")
+        return
+    log.info(f"autotune: report page {testlogs_path(path)}")
+
+
+def testlogs_path(path, env=None):
+    """How to find a file of TEST_UNDECLARED_OUTPUTS_DIR after the test:
+    under `bazel test` (TEST_TARGET set) the sandbox path is gone once the
+    test ends, and Bazel keeps the directory under bazel-testlogs (zipped
+    into outputs.zip before Bazel 8)."""
+    env = os.environ if env is None else env
+    target = env.get("TEST_TARGET", "")
+    repo, slashes, rest = target.partition("//")
+    package, colon, name = rest.partition(":")
+    if not slashes or not colon or not name:
+        return path
+    repo = repo.lstrip("@")
+    parts = (["external", repo] if repo else []) + \
+        ([package] if package else []) + [name]
+    outputs = "bazel-testlogs/" + "/".join(parts) + "/test.outputs"
+    return (f"{outputs}/{os.path.basename(path)} once the test is done (in "
+            f"{outputs}/outputs.zip before Bazel 8; written to {path})")
+
+
+def page_path(dump):
+    """Where a dump target's report page goes: next to its dump, in
+    TEST_UNDECLARED_OUTPUTS_DIR (None elsewhere: a dump outside a test's
+    outputs is someone's own file, and so is the directory it is in)."""
+    outdir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+    if not outdir or os.path.dirname(os.path.abspath(dump)) != \
+            os.path.abspath(outdir):
+        return None
+    return os.path.join(outdir, REPORT_PAGE_FILE)
