@@ -34,7 +34,7 @@ from autotune import codec
 from autotune.cache import merge
 from autotune.cache import io as cache_io
 from autotune.cache.io import materialize, read_cache, stats, write_cache
-from autotune.cli import compile_cache, merge_driver, remote_tool, report
+from autotune.cli import compile_cache, doctor, merge_driver, remote_tool, report
 from autotune.measure import compile_requests
 from autotune.report import summary
 from autotune.records import (KEY_VERSION, Config)
@@ -860,6 +860,7 @@ def build_parser():
 
     report.add_subcommand(sub)
     compile_cache.add_subcommand(sub)
+    doctor.add_subcommand(sub)
     merge_driver.add_subcommand(sub, POLICIES)
     remote_tool.add_subcommands(sub, POLICIES)
     for command in {id(p): p for p in sub.choices.values()}.values():

@@ -1,0 +1,701 @@
+"""The GPU runner doctor: what a GPU test needs, checked where it runs.
+
+    bazel test @rules_autotune//tools:gpu_doctor_test --test_output=all
+    python3 -m autotune.cli.doctor [--client_env="$(env | grep ^TRITON_)"]
+    autotune_cache doctor
+
+Inside `bazel test` it sees what a `gpu_autotuned_test` sees: the same
+sandbox (a read-only /dev, a home it cannot write), the same environment
+(`CUDA_VISIBLE_DEVICES` inherited from the client, `--test_env` values,
+nothing else of the client's shell). One line per check: its status (ok,
+warn, FAIL, skip), what was found and, where something is wrong, the fix
+(docs/gpu-runners.md has the set-up step behind each line):
+
+- `gpus`: the GPUs torch sees, and `CUDA_VISIBLE_DEVICES`;
+- `device_nodes`: /dev/nvidiactl, /dev/nvidiaN, /dev/nvidia-uvm, and
+  whether /dev is writable (under the sandbox it is not: the nodes must
+  exist before the test, made at boot);
+- `libcuda`: libcuda.so.1 and how Triton finds it (TRITON_LIBCUDA_PATH,
+  else the ldconfig cache, else LD_LIBRARY_PATH), as Triton looks;
+- `driver_ptxas`: the driver's version against the CUDA release of the
+  ptxas Triton builds the device's target with (Triton 3.9 builds sm_90
+  and newer with its ptxas-blackwell, CUDA 13: an R580+ driver);
+- `c_compiler`, `python_headers`: what Triton builds its CUDA launcher
+  (`cuda_utils`) with when the driver starts (CC, else gcc, else clang;
+  Python.h of the Python the tests run), checked by compiling a file that
+  includes Python.h;
+- `triton_cache`: the folder Triton writes binaries to, written to;
+- `lock_dir`: the device lock folder (AUTOTUNE_LOCK_DIR) a tuning takes
+  its turn in;
+- `triton_env`: the TRITON_* variables that differ between the client's
+  shell and the test (Triton's numerics and cache keys follow them). A
+  test cannot see the client's shell: pass its set with
+  `--test_arg=--client_env="$(env | grep ^TRITON_)"`; outside Bazel the
+  process's own environment is the client's;
+- `kernel`: one tiny kernel compiled for the local GPU's target (sm_90
+  without a GPU, with the ptxas Triton would use) and, on a GPU, launched
+  and its result checked.
+
+On a machine without a GPU it says so and checks the rest (the GPU-only
+parts are `skip`, the build tools a `warn` when missing). Exit status 1
+when any check FAILs, else 0.
+"""
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import warnings
+
+from autotune.measure import compile_check, device_lock, stamp, triton_cache
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
+DOCS = "docs/gpu-runners.md"
+# The lowest Linux driver of each CUDA major release (minor version
+# compatibility: a driver of the major's first release runs every
+# binary of that major's later toolkits).
+MIN_DRIVER = {11: 450, 12: 525, 13: 580}
+DEFAULT_ARCH = 90
+# TRITON_ variables that say where Triton works, not what it compiles
+# (checked by triton_cache; TRITON_INTERPRET is set by `import autotune`
+# from the backend).
+PLACES = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_CACHE_MANAGER",
+          "TRITON_INTERPRET")
+CLIENT_ENV_ARG = '--test_arg=--client_env="$(env | grep ^TRITON_)"'
+
+
+@dataclasses.dataclass
+class Line:
+    status: str
+    name: str
+    found: str
+    fix: str = ""
+
+    def text(self):
+        found = " ".join(self.found.split())
+        fix = " ".join(self.fix.split())
+        return f"{self.status:<4}  {self.name:<14} {found}" + (
+            f"  fix: {fix}" if fix else "")
+
+
+def _torch_gpus():
+    """[(name, (major, minor))] of the GPUs torch sees; RuntimeError with
+    torch's reason when CUDA does not start."""
+    import torch  # heavy: only when the check runs
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = torch.cuda.is_available()
+    if not available:
+        reasons = [str(w.message).strip().splitlines()[0] for w in caught
+                   if str(w.message).strip()]
+        if reasons:
+            raise RuntimeError(reasons[0])
+        return []
+    return [(torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i))
+            for i in range(torch.cuda.device_count())]
+
+
+def _torch_build():
+    import torch  # heavy: only when the check runs
+    return torch.__version__, torch.version.cuda
+
+
+def _triton_ptxas(arch):
+    """(path, CUDA release) of the ptxas Triton builds `arch` with."""
+    from triton.backends.nvidia.compiler import get_ptxas  # heavy
+    tool = get_ptxas(arch)
+    return tool.path, tool.version
+
+
+def _python_include():
+    """Python.h's folder as Triton's build looks it up."""
+    scheme = sysconfig.get_default_scheme()
+    if scheme == "posix_local":
+        scheme = "posix_prefix"
+    return sysconfig.get_paths(scheme=scheme)["include"]
+
+
+@dataclasses.dataclass
+class Machine:
+    """Where the checks look: this process and machine by default; the
+    tests give stand-ins (a folder for /dev, an environment, a driver
+    version file, a ptxas answer)."""
+    environ: dict = None
+    dev: str = "/dev"
+    driver_file: str = "/proc/driver/nvidia/version"
+    ldconfig: str = "/sbin/ldconfig"  # where Triton runs it from
+    smi_driver: object = stamp.driver_version
+    gpus: object = _torch_gpus
+    torch_build: object = _torch_build
+    ptxas: object = _triton_ptxas
+    include_dir: object = _python_include
+    client_env: dict = None  # the client's TRITON_*, when known
+    launch: bool = True  # on a GPU, launch the kernel
+
+    def __post_init__(self):
+        if self.environ is None:
+            self.environ = os.environ
+
+    def which(self, name):
+        return shutil.which(name, path=self.environ.get("PATH", os.defpath))
+
+    def in_bazel_test(self):
+        return bool(self.environ.get("TEST_TMPDIR")) and \
+            bool(self.environ.get("TEST_SRCDIR"))
+
+
+@dataclasses.dataclass
+class State:
+    """What earlier checks found, for the later ones."""
+    gpus: list = dataclasses.field(default_factory=list)
+    driver: str = ""
+    nodes: list = dataclasses.field(default_factory=list)
+
+    @property
+    def arch(self):
+        if self.gpus:
+            major, minor = self.gpus[0][1]
+            return major * 10 + minor
+        return DEFAULT_ARCH
+
+    @property
+    def gpu_here(self):
+        return bool(self.gpus)
+
+
+def driver_version(machine):
+    """(version, where it was read) of the NVIDIA driver, ("", "") without
+    one: the kernel module's version file, else nvidia-smi."""
+    try:
+        with open(machine.driver_file, errors="replace") as f:
+            text = f.read(4096)
+    except OSError:
+        text = ""
+    found = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
+    if found:
+        return found.group(1), machine.driver_file
+    version = machine.smi_driver()
+    return (version, "nvidia-smi") if version else ("", "")
+
+
+def _nvidia_nodes(dev):
+    try:
+        return sorted(n for n in os.listdir(dev) if n.startswith("nvidia"))
+    except OSError:
+        return []
+
+
+# -- the checks ----------------------------------------------------------------
+
+def check_gpus(machine, state):
+    visible = machine.environ.get("CUDA_VISIBLE_DEVICES")
+    cvd = ("CUDA_VISIBLE_DEVICES unset (every GPU)" if visible is None
+           else f"CUDA_VISIBLE_DEVICES={visible!r}")
+    try:
+        version, cuda = machine.torch_build()
+    except ImportError as e:
+        return Line(FAIL, "gpus", f"torch cannot be imported ({e})",
+                    "install torch (a CUDA build) in the Python the tests run")
+    try:
+        state.gpus = list(machine.gpus())
+        problem = ""
+    except Exception as e:  # torch's reason CUDA did not start
+        state.gpus, problem = [], str(e).strip().splitlines()[0][:200]
+    state.driver, _ = driver_version(machine)
+    state.nodes = _nvidia_nodes(machine.dev)
+    if state.gpus:
+        kinds = {}
+        for name, (major, minor) in state.gpus:
+            kinds.setdefault(f"{name} (sm_{major}{minor})", 0)
+            kinds[f"{name} (sm_{major}{minor})"] += 1
+        listed = ", ".join(f"{n} x{c}" if c > 1 else n
+                           for n, c in kinds.items())
+        return Line(OK, "gpus", f"{len(state.gpus)} GPU"
+                    f"{'s' if len(state.gpus) > 1 else ''}: {listed}; {cvd}")
+    build = f"torch {version} ({f'CUDA {cuda}' if cuda else 'a CPU build'})"
+    if not (state.driver or state.nodes):
+        return Line(WARN, "gpus", f"no GPU here: no NVIDIA driver, no "
+                    f"{machine.dev}/nvidia*; {build}; {cvd}; GPU tests run "
+                    "on Triton's interpreter, the GPU-only checks below are "
+                    "skipped",
+                    f"on a GPU runner install the NVIDIA driver ({DOCS})")
+    why = [problem] if problem else []
+    if not cuda:
+        fix = "install a CUDA build of torch in the Python the tests run"
+    elif visible is not None and not any(
+            p.strip() and p.strip() != "-1" for p in visible.split(",")):
+        fix = ("CUDA_VISIBLE_DEVICES names no device: unset it or name "
+               "GPUs in the client (gpu_autotuned_test targets inherit it)")
+    else:
+        fix = "see the device_nodes, libcuda and driver_ptxas lines"
+    here = ", ".join(filter(None, [
+        f"driver {state.driver}" if state.driver else "",
+        f"{len(state.nodes)} {machine.dev}/nvidia* nodes"
+        if state.nodes else ""]))
+    return Line(FAIL, "gpus", f"no GPU visible to {build}, but {here} here"
+                + "".join(f" ({w})" for w in why) + f"; {cvd}", fix)
+
+
+def check_device_nodes(machine, state):
+    dev = machine.dev
+    writable = os.access(dev, os.W_OK)
+    dev_text = f"{dev} {'writable' if writable else 'read-only'}"
+    nodes = state.nodes or _nvidia_nodes(dev)
+    boot = ("create them at boot: `nvidia-modprobe -c 0 -u` (or "
+            "nvidia-persistenced) in the runner's start-up, before any "
+            f"test ({DOCS}#device-nodes-at-boot)")
+    if not nodes:
+        if state.gpu_here:
+            return Line(FAIL, "device_nodes", f"no {dev}/nvidia*, yet torch "
+                        f"sees GPUs; {dev_text}", boot)
+        return Line(SKIP, "device_nodes", f"no {dev}/nvidia* (no GPU "
+                    f"here); {dev_text}: on a GPU runner the nodes must be "
+                    "made before the tests")
+    numbered = [n for n in nodes if re.fullmatch(r"nvidia\d+", n)]
+    missing = [n for n in ("nvidiactl", "nvidia-uvm") if n not in nodes]
+    if not numbered:
+        missing.insert(0, "nvidia0")
+    unusable = [n for n in nodes if n in ("nvidiactl", "nvidia-uvm")
+                or n in numbered
+                if not os.access(os.path.join(dev, n), os.R_OK | os.W_OK)]
+    shown = ", ".join([n for n in nodes if n not in numbered] + (
+        [f"nvidia0-{len(numbered) - 1}" if len(numbered) > 1
+         else numbered[0]] if numbered else []))
+    if unusable:
+        return Line(FAIL, "device_nodes", f"{shown}; not readable and "
+                    f"writable by uid {os.getuid()}: {', '.join(unusable)}",
+                    "give the runner's account access (mode 0666, or its "
+                    "group), as the driver's NVreg_DeviceFileMode does")
+    if missing:
+        if writable:
+            return Line(WARN, "device_nodes", f"{shown}; missing "
+                        f"{', '.join(missing)}; {dev_text}: the first CUDA "
+                        "start makes them only as root, and never inside "
+                        "the sandbox", boot)
+        return Line(FAIL, "device_nodes", f"{shown}; missing "
+                    f"{', '.join(missing)}; {dev_text}, so CUDA's first "
+                    "start cannot make them", boot)
+    return Line(OK, "device_nodes", f"{shown}; {dev_text} (the nodes were "
+                "made before the test, as they must be)")
+
+
+def _ldconfig_libcuda(machine):
+    """(paths of libcuda.so.1 in the ldconfig cache, error text)."""
+    try:
+        out = subprocess.run([machine.ldconfig, "-p"], capture_output=True,
+                             text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return [], f"{machine.ldconfig} -p: {e.strerror or e}" if isinstance(
+            e, OSError) else f"{machine.ldconfig} -p: {e}"
+    return [line.split()[-1] for line in out.splitlines()
+            if "libcuda.so.1" in line], ""
+
+
+def check_libcuda(machine, state):
+    env = machine.environ
+    needed = state.gpu_here or bool(state.driver)
+    bad = FAIL if needed else SKIP
+    given = env.get("TRITON_LIBCUDA_PATH")
+    if given:
+        if os.path.exists(os.path.join(given, "libcuda.so.1")):
+            return Line(OK, "libcuda", f"{given}/libcuda.so.1, through "
+                        "TRITON_LIBCUDA_PATH (Triton looks nowhere else)")
+        return Line(FAIL, "libcuda", f"TRITON_LIBCUDA_PATH={given} holds no "
+                    "libcuda.so.1 (Triton looks nowhere else)",
+                    "point TRITON_LIBCUDA_PATH at the folder of libcuda.so.1, "
+                    "or unset it")
+    cached, error = _ldconfig_libcuda(machine)
+    if cached:
+        return Line(OK, "libcuda", f"{', '.join(cached)}, through the "
+                    f"ldconfig cache ({machine.ldconfig} -p, as Triton "
+                    "looks)")
+    if error:
+        return Line(bad, "libcuda", f"{error}: Triton runs it to find "
+                    "libcuda.so.1 and stops without it",
+                    "install ldconfig (libc-bin) at /sbin/ldconfig, or set "
+                    "TRITON_LIBCUDA_PATH to libcuda.so.1's folder"
+                    if needed else "")
+    dirs = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    through = [d for d in dirs
+               if os.path.exists(os.path.join(d, "libcuda.so.1"))]
+    if through:
+        return Line(WARN, "libcuda", f"{through[0]}/libcuda.so.1, only "
+                    "through LD_LIBRARY_PATH: a Bazel test gets it only "
+                    "while the .bazelrc keeps "
+                    "--incompatible_strict_action_env=false",
+                    f"add {through[0]} to the ldconfig cache (a file in "
+                    "/etc/ld.so.conf.d/, then ldconfig)")
+    if not needed:
+        return Line(SKIP, "libcuda", "no libcuda.so.1 (no driver here): "
+                    "not in the ldconfig cache, not on LD_LIBRARY_PATH, "
+                    "TRITON_LIBCUDA_PATH unset")
+    return Line(FAIL, "libcuda", "no libcuda.so.1: not in the ldconfig "
+                "cache, not on LD_LIBRARY_PATH, TRITON_LIBCUDA_PATH unset",
+                "install the driver's user-space libraries, then run "
+                "ldconfig (or set TRITON_LIBCUDA_PATH)")
+
+
+def ptxas_variable(arch):
+    """The variable that points Triton at another ptxas for `arch`."""
+    return "TRITON_PTXAS_BLACKWELL_PATH" if arch >= 90 else \
+        "TRITON_PTXAS_PATH"
+
+
+def check_driver_ptxas(machine, state):
+    arch = state.arch
+    variable = ptxas_variable(arch)
+    try:
+        path, release = machine.ptxas(arch)
+    except ImportError as e:
+        return Line(FAIL, "driver_ptxas", f"triton cannot be imported ({e})",
+                    "install triton in the Python the tests run")
+    except Exception as e:
+        return Line(FAIL, "driver_ptxas", f"no ptxas for sm_{arch}: {e}",
+                    f"reinstall triton, or set {variable} to a ptxas")
+    major = int(release.split(".")[0])
+    need = MIN_DRIVER.get(major)
+    origin = (f"{variable}={machine.environ[variable]}"
+              if machine.environ.get(variable) else "Triton's wheel")
+    ptxas = f"ptxas {path} (CUDA {release}, from {origin}) for sm_{arch}"
+    wants = f"R{need}+ driver" if need else "driver of CUDA " + release
+    other = (f"or set {variable} to the ptxas of a CUDA release the driver "
+             f"runs (a CUDA 12 toolkit's bin/ptxas for an R525-R575 driver)")
+    if not state.driver:
+        return Line(SKIP, "driver_ptxas", f"no NVIDIA driver here; {ptxas} "
+                    f"needs an {wants}", f"on the GPU runner: an {wants}, "
+                    + other)
+    if need is None:
+        return Line(WARN, "driver_ptxas", f"driver {state.driver}; {ptxas}: "
+                    "a CUDA release this check does not know")
+    try:
+        branch = int(state.driver.split(".")[0])
+    except ValueError:
+        return Line(WARN, "driver_ptxas", f"driver {state.driver!r}: not a "
+                    f"version; {ptxas} needs an {wants}")
+    if branch >= need:
+        return Line(OK, "driver_ptxas", f"driver {state.driver} runs what "
+                    f"{ptxas} builds (needs an {wants})")
+    return Line(FAIL, "driver_ptxas", f"driver {state.driver} is older than "
+                f"{ptxas} needs (an {wants}): the binaries it builds do "
+                "not load", f"upgrade the driver to R{need}+, " + other)
+
+
+def _compiler(machine):
+    """(command, how it was chosen) as Triton's build chooses: CC, else
+    gcc, else clang on PATH; (None, "") when none."""
+    given = machine.environ.get("CC")
+    if given:
+        return given, "CC"
+    for name in ("gcc", "clang"):
+        found = machine.which(name)
+        if found:
+            return found, f"{name} on PATH"
+    return None, ""
+
+
+def check_c_compiler(machine, state):
+    cc, how = _compiler(machine)
+    bad = FAIL if state.gpu_here else WARN
+    fix = ("install gcc (`apt-get install gcc`) or set CC: Triton builds "
+           "its CUDA launcher (cuda_utils) with it when the driver starts")
+    if cc is None:
+        return Line(bad, "c_compiler", "no C compiler: CC unset, no gcc or "
+                    "clang on PATH" + ("" if state.gpu_here else
+                                       " (needed once a GPU is here)"), fix)
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True,
+                             text=True, timeout=30, check=False)
+        version = (out.stdout or out.stderr).strip().splitlines()
+        version = version[0] if version else ""
+        runs = out.returncode == 0
+    except (OSError, subprocess.SubprocessError) as e:
+        version, runs = str(e), False
+    if not runs:
+        return Line(bad, "c_compiler", f"{cc} ({how}) does not run: "
+                    f"{version[:150]}", fix)
+    return Line(OK, "c_compiler", f"{cc} ({how}): {version[:100]}")
+
+
+def check_python_headers(machine, state):
+    include = machine.include_dir()
+    header = os.path.join(include, "Python.h")
+    bad = FAIL if state.gpu_here else WARN
+    version = "%d.%d" % sys.version_info[:2]
+    fix = (f"install the headers of the Python the tests run "
+           f"({sys.executable}): `apt-get install python{version}-dev` "
+           "(python3-dev)")
+    if not os.path.exists(header):
+        return Line(bad, "python_headers", f"no {header}" + (
+            "" if state.gpu_here else " (needed once a GPU is here)"), fix)
+    cc, _ = _compiler(machine)
+    if cc is None:
+        return Line(SKIP, "python_headers", f"{header}; not compiled: no C "
+                    "compiler (see c_compiler)")
+    with tempfile.TemporaryDirectory(
+            dir=machine.environ.get("TEST_TMPDIR") or None) as folder:
+        source = os.path.join(folder, "probe.c")
+        with open(source, "w") as f:
+            f.write("#include <Python.h>\nint probe(void) { return 0; }\n")
+        try:
+            out = subprocess.run([cc, "-c", f"-I{include}", source, "-o",
+                                  os.path.join(folder, "probe.o")],
+                                 capture_output=True, text=True, timeout=60,
+                                 check=False)
+            failed = out.returncode != 0 and \
+                (out.stderr.strip().splitlines() or ["exit status "
+                                                     f"{out.returncode}"])[0]
+        except (OSError, subprocess.SubprocessError) as e:
+            failed = str(e)
+    if failed:
+        return Line(bad, "python_headers", f"{header}: a file including it "
+                    f"does not compile with {cc}: {failed[:150]}", fix)
+    return Line(OK, "python_headers", f"{header} (a file including it "
+                f"compiles with {cc})")
+
+
+def check_triton_cache(machine, state):
+    env = machine.environ
+    folder = triton_cache.cache_dir(env)
+    tmp = env.get("TEST_TMPDIR")
+    if env.get("TRITON_CACHE_DIR"):
+        if tmp and os.path.abspath(folder).startswith(
+                os.path.abspath(tmp) + os.sep):
+            how = ("private to this test (under TEST_TMPDIR, chosen by "
+                   "`import autotune`): every test compiles afresh; a "
+                   f"persistent one: {DOCS}#a-persistent-triton-cache")
+        else:
+            how = "TRITON_CACHE_DIR"
+    elif env.get("TRITON_HOME"):
+        how = "TRITON_HOME"
+    else:
+        how = "Triton's default under the home"
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
+            pass
+    except OSError as e:
+        return Line(FAIL, "triton_cache", f"{folder} ({how}) is not "
+                    f"writable: {e.strerror or e}",
+                    triton_cache.unwritable_message(folder, e).split(
+                        ": every compile would fail; ", 1)[-1])
+    return Line(OK, "triton_cache", f"{folder} is writable ({how})")
+
+
+def check_lock_dir(machine, state):
+    env = machine.environ
+    folder = device_lock.lock_dir(env)
+    given = bool(env.get(device_lock.LOCK_DIR_ENV))
+    fix = (f"pass one folder to every test: --test_env="
+           f"{device_lock.LOCK_DIR_ENV}=DIR --sandbox_writable_path=DIR in "
+           f"the runner's .bazelrc ({DOCS}#the-lock-folder)")
+    try:
+        device_lock.ensure_lock_dir(folder)
+        writable = os.access(folder, os.W_OK | os.X_OK)
+        problem = "" if writable else "not writable"
+    except Exception as e:  # DeviceLockError: its one line
+        problem = str(e)
+    how = (f"{device_lock.LOCK_DIR_ENV}={folder}" if given
+           else f"the default {folder} ({device_lock.LOCK_DIR_ENV} unset)")
+    if problem:
+        return Line(WARN, "lock_dir", f"{how}: {problem}; a test that tunes "
+                    "(a miss, a dump target) stops there", fix)
+    note = "" if given else (": per user; a sandbox with a private /tmp "
+                             "(Bazel 7+) gives each test its own")
+    return Line(OK, "lock_dir", f"{how} is writable{note}")
+
+
+def _triton_vars(env):
+    return {k: v for k, v in env.items()
+            if k.startswith("TRITON_") and k not in PLACES}
+
+
+def check_triton_env(machine, state):
+    here = _triton_vars(machine.environ)
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(here.items())) or "none"
+    client = machine.client_env
+    if client is None and machine.in_bazel_test():
+        return Line(SKIP, "triton_env", f"the client's TRITON_* are not known "
+                    f"inside bazel test; the test sees: {shown}",
+                    f"to compare, add {CLIENT_ENV_ARG}")
+    if client is None:
+        if not here:
+            return Line(OK, "triton_env", "no TRITON_* set here: a bazel "
+                        "test compiles as this shell does")
+        return Line(WARN, "triton_env", f"set here: {shown}; a bazel test "
+                    "sees none of them unless passed", "add "
+                    + " ".join(f"--test_env={k}" for k in sorted(here))
+                    + " to the runner's .bazelrc, or unset them")
+    client = _triton_vars(client)
+    differ = sorted(k for k in set(client) | set(here)
+                    if client.get(k) != here.get(k))
+    if not differ:
+        return Line(OK, "triton_env", "the test sees the client's TRITON_* "
+                    f"({shown})")
+    return Line(WARN, "triton_env", "differ from the client's (other "
+                "numerics, other cache keys): " + ", ".join(
+                    f"{k} client {client.get(k, 'unset')} test "
+                    f"{here.get(k, 'unset')}" for k in differ),
+                "add " + " ".join(f"--test_env={k}" for k in differ
+                                  if k in client)
+                + " to the runner's .bazelrc (the client's value), or "
+                "unset them in the client")
+
+
+def check_kernel(machine, state):
+    arch = state.arch
+    try:
+        import triton  # heavy: only when the check runs
+        from triton.runtime.jit import JITFunction
+
+        from autotune.cli import doctor_kernel  # imports triton.language
+    except Exception as e:
+        return Line(FAIL, "kernel", f"triton cannot be imported ({e})",
+                    "install triton in the Python the tests run")
+    target = compile_check.Target(f"sm_{arch}", arch)
+    folder = tempfile.mkdtemp(prefix="doctor-triton-cache.",
+                              dir=machine.environ.get("TEST_TMPDIR") or None)
+    saved = os.environ.get("TRITON_CACHE_DIR")
+    # A fresh folder: the compile runs, not a binary found on disk.
+    os.environ["TRITON_CACHE_DIR"] = folder
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore",
+                                    message="TRITON_DEFAULT_FP_FUSION")
+            result = compile_check.compile_one(
+                JITFunction(doctor_kernel.add_one), doctor_kernel.SIGNATURE,
+                {"BLOCK": doctor_kernel.BLOCK}, 1, 1, 1, target)
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = saved
+        shutil.rmtree(folder, ignore_errors=True)
+    what = f"a tiny kernel (Triton {triton.__version__})"
+    if not result.ok:
+        return Line(FAIL, "kernel", f"{what} does not compile for sm_{arch}: "
+                    f"{result.reason}", f"see the driver_ptxas line "
+                    f"({ptxas_variable(arch)} picks the ptxas)")
+    compiled = f"{what} compiled for sm_{arch} in {result.seconds:.1f} s"
+    if not state.gpu_here:
+        return Line(OK, "kernel", f"{compiled}; not launched: no GPU here")
+    if not machine.launch:
+        return Line(SKIP, "kernel", f"{compiled}; not launched (--no_launch)")
+    try:
+        import torch  # heavy: only on a GPU
+        kernel = JITFunction(doctor_kernel.add_one)
+        x = torch.zeros(doctor_kernel.BLOCK, device="cuda")
+        start = time.perf_counter()
+        kernel[(1,)](x, doctor_kernel.BLOCK, BLOCK=doctor_kernel.BLOCK)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        right = bool((x == 1).all().item())
+    except Exception as e:
+        text = f"{type(e).__name__}: {e}".strip().splitlines()[0][:200]
+        return Line(FAIL, "kernel", f"{compiled}; its launch failed: {text}",
+                    "see the c_compiler, python_headers, libcuda and "
+                    "driver_ptxas lines")
+    if not right:
+        return Line(FAIL, "kernel", f"{compiled}; launched, but its result "
+                    "is wrong", "a driver or GPU fault: check nvidia-smi -q")
+    return Line(OK, "kernel", f"{compiled}; launched on cuda:0 "
+                f"({seconds:.1f} s with the driver's start)")
+
+
+CHECKS = (check_gpus, check_device_nodes, check_libcuda, check_driver_ptxas,
+          check_c_compiler, check_python_headers, check_triton_cache,
+          check_lock_dir, check_triton_env, check_kernel)
+
+
+def run_checks(machine=None, checks=None):
+    """[Line] of every check (CHECKS by default), in order; a check that
+    raises is a FAIL line naming the exception."""
+    machine = machine or Machine()
+    checks = CHECKS if checks is None else checks
+    state = State()
+    lines = []
+    for check in checks:
+        name = check.__name__.removeprefix("check_")
+        try:
+            lines.append(check(machine, state))
+        except Exception as e:
+            text = f"{type(e).__name__}: {e}".strip().splitlines()[0][:200]
+            lines.append(Line(FAIL, name, f"the check itself failed: {text}"))
+    return lines
+
+
+def summary(lines):
+    counts = {s: sum(1 for ln in lines if ln.status == s)
+              for s in (OK, WARN, FAIL, SKIP)}
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def parse_client_env(text):
+    """{NAME: VALUE} of the TRITON_* lines of `text` (`env` output); other
+    lines are ignored. ValueError naming a TRITON_ line without `=`."""
+    found = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("TRITON_"):
+            continue
+        name, eq, value = line.partition("=")
+        if not eq:
+            raise ValueError(f"--client_env: {line!r} is not NAME=VALUE")
+        found[name] = value
+    return found
+
+
+def add_arguments(parser):
+    parser.add_argument(
+        "--client_env", default=None, metavar="TEXT",
+        help="the client shell's TRITON_* as NAME=VALUE lines (`env | grep "
+        "^TRITON_`), to compare with what this process sees; under bazel "
+        f"test: {CLIENT_ENV_ARG}")
+    parser.add_argument("--no_launch", action="store_true",
+                        help="compile the tiny kernel, do not launch it")
+
+
+def cmd_doctor(args):
+    try:
+        client = None if args.client_env is None else \
+            parse_client_env(args.client_env)
+    except ValueError as e:
+        print(f"doctor: error: {e}", file=sys.stderr)
+        return 2
+    machine = Machine(client_env=client, launch=not args.no_launch)
+    where = "inside bazel test" if machine.in_bazel_test() else \
+        "outside Bazel"
+    print(f"GPU runner doctor ({where}; Python "
+          f"{'.'.join(map(str, sys.version_info[:3]))} {sys.executable}):",
+          flush=True)
+    lines = []
+    for line in run_checks(machine):
+        lines.append(line)
+        print(line.text(), flush=True)
+    failed = any(ln.status == FAIL for ln in lines)
+    print(f"doctor: {summary(lines)}"
+          + (f"; fix the FAIL lines ({DOCS})" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+def add_subcommand(sub):
+    p = sub.add_parser("doctor", help="check what a GPU test needs on this "
+                       "machine: one line per check, with the fix")
+    add_arguments(p)
+    p.set_defaults(func=cmd_doctor)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python3 -m autotune.cli.doctor",
+        description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return cmd_doctor(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
