@@ -534,3 +534,23 @@ def test_the_doctor_runs_on_this_machine():
     assert [ln.split()[1] for ln in lines[1:-1]] == [
         c.__name__[len("check_"):] for c in doctor.CHECKS]
     assert lines[-1].startswith("doctor: ") and "0 FAIL" in lines[-1]
+
+
+def test_the_bazel_target_gets_what_a_gpu_autotuned_test_gets():
+    import re
+    macro = open(os.path.join(ROOT, "rules", "private",
+                              "gpu_autotuned_test.bzl")).read()
+    build = open(os.path.join(ROOT, "tools", "BUILD.bazel")).read()
+    target = build[build.index('name = "gpu_doctor_test"'):]
+
+    def strings(text):
+        return re.findall(r'"([^"]+)"', text)
+    inherit = strings(re.search(r"^GPU_ENV_INHERIT = \[(.*?)\]", macro,
+                                re.M | re.S).group(1))
+    tags = strings(re.search(r"^DEFAULT_GPU_TAGS = \[(.*?)\]", macro,
+                             re.M | re.S).group(1))
+    assert strings(re.search(r"env_inherit = \[(.*?)\]", target,
+                             re.S).group(1)) == inherit
+    assert sorted(strings(re.search(r"tags = \[(.*?)\]", target,
+                                    re.S).group(1))) == sorted(
+        tags + ["manual"])

@@ -246,9 +246,9 @@ def check_device_nodes(machine, state):
     writable = os.access(dev, os.W_OK)
     dev_text = f"{dev} {'writable' if writable else 'read-only'}"
     nodes = state.nodes or _nvidia_nodes(dev)
-    boot = ("create them at boot: `nvidia-modprobe -c 0 -u` (or "
-            "nvidia-persistenced) in the runner's start-up, before any "
-            f"test ({DOCS}#device-nodes-at-boot)")
+    boot = ("create them at boot, as root, before any test: `nvidia-smi` "
+            "(nvidiactl, nvidiaN) and `nvidia-modprobe -u -c=0` "
+            f"(nvidia-uvm) ({DOCS}#device-nodes-at-boot)")
     if not nodes:
         if state.gpu_here:
             return Line(FAIL, "device_nodes", f"no {dev}/nvidia*, yet torch "
