@@ -52,7 +52,8 @@ import tempfile
 import time
 import warnings
 
-from autotune.measure import compile_check, device_lock, stamp, triton_cache
+from autotune.errors import DeviceLockError
+from autotune.measure import compile_check, lock_files, stamp, triton_cache
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 DOCS = "docs/gpu-runners.md"
@@ -488,19 +489,19 @@ def check_triton_cache(machine, state):
 
 def check_lock_dir(machine, state):
     env = machine.environ
-    folder = device_lock.lock_dir(env)
-    given = bool(env.get(device_lock.LOCK_DIR_ENV))
+    folder = lock_files.lock_dir(env)
+    given = bool(env.get(lock_files.LOCK_DIR_ENV))
     fix = (f"pass one folder to every test: --test_env="
-           f"{device_lock.LOCK_DIR_ENV}=DIR --sandbox_writable_path=DIR in "
+           f"{lock_files.LOCK_DIR_ENV}=DIR --sandbox_writable_path=DIR in "
            f"the runner's .bazelrc ({DOCS}#the-lock-folder)")
     try:
-        device_lock.ensure_lock_dir(folder)
+        lock_files.checked_lock_dir(env, DeviceLockError)
         writable = os.access(folder, os.W_OK | os.X_OK)
         problem = "" if writable else "not writable"
-    except Exception as e:  # DeviceLockError: its one line
+    except DeviceLockError as e:
         problem = str(e)
-    how = (f"{device_lock.LOCK_DIR_ENV}={folder}" if given
-           else f"the default {folder} ({device_lock.LOCK_DIR_ENV} unset)")
+    how = (f"{lock_files.LOCK_DIR_ENV}={folder}" if given
+           else f"the default {folder} ({lock_files.LOCK_DIR_ENV} unset)")
     if problem:
         return Line(WARN, "lock_dir", f"{how}: {problem}; a test that tunes "
                     "(a miss, a dump target) stops there", fix)
