@@ -100,13 +100,11 @@ KILL_GRACE_S = 3.0
 DEVICE_LOCK_TIMEOUT_S = float(os.environ.get("GPU_CHECK_LOCK_TIMEOUT_S",
                                              "20"))
 
-GPU_TESTS = ["tests/test_gpu_path.py", "tests/test_runtime.py",
+GPU_TESTS = ["tests/test_gpu_path.py", "tests/test_tuner.py",
              "tests/test_compile_check.py", "tests/test_dropin_api.py",
              "tests/test_dropin.py"]
 # Interpreter-only assertions (they expect the CPU backend's device key).
-GPU_DESELECT = [
-    "tests/test_runtime.py::test_cache_of_another_device_is_reported_not_used",
-    "tests/test_runtime.py::test_expected_gpu_mismatch"]
+GPU_DESELECT = []
 
 # Printed next to regret: ours does not take the argmin of one pass.
 SELECTION_RULE = (

@@ -4,19 +4,21 @@ result, checked with the miss path replaced by a recorder. The miss path
 itself is tests/test_tuning.py; Triton's meaning of the arguments, end to
 end, is tests/test_dropin_api.py."""
 import math
+import re
 import warnings
 
 import pytest
 import torch
 import triton
 
-import autotune
-import tiny_kernels
-import tiny_kernels as tk
 from autotune.errors import AutotuneError, AutotuneWarning
 from autotune.measure import selection, tuner
 from autotune.records import Candidate, Config, Entry
 from autotune.runtime import tuning
+import autotune
+
+import tiny_kernels
+import tiny_kernels as tk
 
 
 class RecordedMiss:
@@ -192,3 +194,115 @@ def test_bad_decorator_arguments_fail_at_decoration(options, message):
 def test_fitting_references_are_accepted(reference):
     tk.make_tuner(reference=reference)
 
+
+# -- end to end: what a decoration refuses, and its searches -------------
+
+def test_lookup_config_reports_hit_config(session_factory):
+    sess = session_factory()
+    tuned = tk.make_tuner()
+    tk.run(tuned, 33)
+    x = torch.zeros(33, device=autotune.device())
+    config = tuned.lookup_config(x, x, 33, 2.0)
+    assert config == next(iter(sess.cache.memory.values())).best
+
+
+def test_evolutionary_search_over_a_space(session_factory):
+    sess = session_factory()
+    space = autotune.Space({"BLOCK": [16, 32, 64], "BUG": [0, 1]},
+                           num_warps=[2, 4])
+    def reference(x, y, n, alpha, **_):
+        y.copy_(x * alpha + 1.0)
+    # With a reference: the search's first candidate may be a wrong one.
+    tuned = autotune.tune(tk.axpb_kernel, None, key=["n"], space=space,
+                          search="evolutionary", budget=6, seed=1,
+                          reference=reference)
+    x, y = tk.run(tuned, 40)
+    assert torch.allclose(y, x * 2.0 + 1.0)
+    entry = next(iter(sess.cache.memory.values()))
+    assert entry.provenance.tuner == "evolutionary"
+    assert len(entry.candidates) == 6 == sess.stats.candidate_benchmarks
+    assert entry.best.kwargs["BUG"] == 0
+
+
+def test_keyword_tensors_in_another_order_are_another_fusion(session_factory):
+    """The launch memo must not mistake x=float32, y=float16 for
+    y=float32, x=float16: the dtypes belong to different arguments."""
+    sess = session_factory()
+    tuned = tk.make_tuner(configs=tk.GOOD)
+    n = 40
+    dev = autotune.device()
+    x32 = torch.arange(n, dtype=torch.float32, device=dev)
+    y16 = torch.empty(n, device=dev).half()
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)  # noqa: E731
+    tuned[grid](x=x32, y=y16, n=n, alpha=2.0)
+    assert sess.stats.tuned == 1
+    # The same fusion, however the arguments are passed.
+    config = tuned.lookup_config(x=x32, y=y16, n=n, alpha=2.0)
+    assert tuned.lookup_config(y=y16, x=x32, n=n, alpha=2.0) == config
+    assert tuned.lookup_config(x32, y16, n, 2.0) == config
+    with pytest.raises(autotune.AutotuneError, match="x:float16,y:float32"):
+        tuned.lookup_config(y=x32, x=y16, n=n, alpha=2.0)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(configs=None, space=autotune.Space({"BLOCK": [16, 32],
+                                              "BUG": [0]}),
+          search="genetic"),
+     "search='genetic'; expected one of 'exhaustive', 'evolutionary'"),
+    (dict(configs=None, space=autotune.Space({"BLOCK": [16, 32],
+                                              "BUG": [0]}),
+          search="evolutionary", budget=0),
+     "budget=0; expected a number > 0"),
+    (dict(time_budget_s=-1.0), "time_budget_s=-1.0; expected a number > 0"),
+    (dict(configs=None, space=autotune.Space({"BLOCK": [16, 32],
+                                              "BUG": [0]}),
+          search="evolutionary", budget="10"),
+     "budget='10'; expected a number > 0"),
+])
+def test_arguments_that_could_only_fail_later_fail_at_decoration(
+        options, message):
+    configs = options.pop("configs", tk.GOOD)
+    with pytest.raises(autotune.AutotuneError) as err:
+        autotune.tune(tk.axpb_kernel, configs, key=["n"], **options)
+    assert message in str(err.value)
+
+
+def test_config_keys_that_are_not_kernel_arguments_are_allowed():
+    """Triton passes such keys on as backend options (waves_per_eu on AMD)
+    or leaves them to a pre_hook: they are not an error at decoration."""
+    autotune.tune(tk.axpb_kernel, [Config({"BLOCK": 16, "BUG": 0,
+                                           "waves_per_eu": 2})], key=["n"])
+
+
+@pytest.mark.parametrize("params, constraints, message", [
+    ({}, (), "nothing to search"),
+    ({"A": [1, 2]}, ["A * B <= 64"],
+     "constraint 'A * B <= 64' names B, not parameters of the space "
+     "(A, num_stages, num_warps)"),
+])
+def test_space_mistakes_fail_when_the_space_is_built(params, constraints,
+                                                     message):
+    with pytest.raises(autotune.AutotuneError, match=re.escape(message)):
+        autotune.Space(params, constraints=constraints)
+    # A space with only launch options to choose is a space.
+    assert len(autotune.Space({}, num_warps=[2, 4])) == 2
+    assert len(autotune.Space({"A": [1, 2]},
+                              constraints=["A <= max(num_warps, 1)"])) == 2
+    # Names the expression binds itself are not parameters.
+    assert len(autotune.Space({"A": [16, 32], "B": [32, 64]}, constraints=[
+        "min(b for b in (A, B)) >= 32", "(t := A * 2) <= 64"])) == 2
+
+
+def test_search_that_finds_no_working_config_says_why(session_factory):
+    """The search path reports the failure kinds and the first detail, as
+    the config-list path does: here a misspelt space key."""
+    session_factory()
+    tuned = autotune.tune(tk.axpb_kernel, None, key=["n"],
+                          space=autotune.Space({"BLOCKK": [16, 32],
+                                                "BUG": [0]}),
+                          search="evolutionary", budget=2)
+    with pytest.raises(autotune.AutotuneError) as err:
+        tk.run(tuned, 40)
+    assert "no config ran correctly (2 tried; failures: RUNTIME_ERROR); " \
+        "first: TypeError:" in str(err.value)
+    assert "'BLOCK'" in str(err.value)

@@ -157,8 +157,20 @@ def test_a_held_device_lock_fails_the_check_naming_the_holder(tmp_path):
 
 
 def test_tests_on_a_gpu_exclude_cpu_only_assertions_and_do_not_stop_early():
-    assert any("test_expected_gpu_mismatch" in d
-               for d in gpu_check.GPU_DESELECT)
+    # Assertions that expect the CPU backend's device key: their file is
+    # not run on the GPU, or they are deselected.
+    cpu_only = [
+        "tests/test_session.py::test_cache_of_another_device_is_reported_"
+        "not_used", "tests/test_session.py::test_expected_gpu_mismatch"]
+    for test in cpu_only:
+        path, name = test.split("::")
+        assert f"def {name}(" in open(os.path.join(ROOT, path)).read()
+        assert path not in gpu_check.GPU_TESTS or \
+            test in gpu_check.GPU_DESELECT, test
+    for test in gpu_check.GPU_DESELECT:
+        assert test.split("::")[0] in gpu_check.GPU_TESTS, test
+    for path in gpu_check.GPU_TESTS:
+        assert os.path.exists(os.path.join(ROOT, path)), path
     assert "tests/test_dropin_api.py" in gpu_check.GPU_TESTS
     import inspect
     assert '"-x"' not in inspect.getsource(gpu_check.section_tests)
