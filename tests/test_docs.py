@@ -555,3 +555,64 @@ def test_the_default_lock_directory_is_the_codes():
     for page in ("pytest.md", "getting-started.md"):
         text = _read(os.path.join(DOCS, page))
         assert "AUTOTUNE_LOCK_DIR" in text and "one lock" in text, page
+
+
+# -- docs/design.md names every module and piece of process state --------
+
+def process_state():
+    """{module:name} of the package's module-level mutable state: names
+    bound at a module's top level to an empty container (filled at run
+    time) and names a function rebinds with `global`."""
+    import ast
+    found = set()
+    for path in python_sources():
+        rel = os.path.relpath(path, ROOT)
+        if not rel.startswith("autotune" + os.sep):
+            continue
+        module = rel[:-3].replace(os.sep, ".").replace(".__init__", "")
+        tree = ast.parse(_read(path), path)
+        for node in tree.body:
+            if not isinstance(node, ast.Assign):
+                continue
+            value = node.value
+            empty = (isinstance(value, (ast.Dict, ast.List, ast.Set))
+                     and not getattr(value, "keys", None)
+                     and not getattr(value, "elts", None)) or (
+                isinstance(value, ast.Call) and not value.args
+                and ast.unparse(value.func) in (
+                    "set", "dict", "list", "weakref.WeakSet",
+                    "weakref.WeakKeyDictionary", "collections.Counter"))
+            if empty:
+                found |= {f"{module}:{t.id}" for t in node.targets
+                          if isinstance(t, ast.Name) and t.id != "__all__"}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Global):
+                found |= {f"{module}:{name}" for name in node.names}
+    return found
+
+
+def test_design_names_every_piece_of_process_state():
+    section = _read(os.path.join(DOCS, "design.md")).split(
+        "## Process-wide state", 1)[1]
+    unnamed = sorted(name for name in process_state()
+                     if f"`{name}`" not in section)
+    assert not unnamed, ("docs/design.md's process-wide state omits "
+                         + ", ".join(unnamed))
+
+
+def test_design_names_every_module_of_the_package():
+    design = _read(os.path.join(DOCS, "design.md"))
+    unnamed = []
+    for path in python_sources():
+        rel = os.path.relpath(path, ROOT)
+        if not rel.startswith("autotune" + os.sep) or \
+                os.path.basename(rel) == "__init__.py":
+            continue
+        name, parent = os.path.basename(rel), os.path.dirname(rel)
+        if parent.count(os.sep) > 1 or \
+                parent in ("autotune/kernels", "autotune/dropin",
+                           "autotune/proto", "autotune/search"):
+            continue
+        if f"`{rel}`" not in design and f"`{name}`" not in design:
+            unnamed.append(rel)
+    assert not unnamed, "docs/design.md omits " + ", ".join(sorted(unnamed))
