@@ -9,9 +9,11 @@ and reported as cut, with what it had written so far; the report
 (gpu_check.json and gpu_check.md in --out, default $OUT) is rewritten after
 every section, so a timeout or a crash loses nothing that was measured.
 
-preflight     versions, the device key, one small kernel compiled and
-              launched (a missing C compiler, Python headers or libcuda
-              shows here, in seconds)
+preflight     the GPU runner doctor's checks (autotune/cli/doctor.py; a
+              FAIL stops the check here, naming the fix), versions, the
+              device key, one small kernel compiled and launched (a
+              missing C compiler, Python headers or libcuda shows here,
+              in seconds)
 tests         the GPU-relevant tests on the GPU backend (no -x: one failure
               does not hide the others)
 suite         the example suite cold (tunes, dumps) then warm (loads; 0
@@ -53,8 +55,9 @@ sys.path.insert(0, ROOT)
 # small next to compilation. Their sum stays within the whole limit
 # (GPU_CHECK_LIMIT_S, 300 s) less the report's 10 s.
 SECTIONS = [
-    # imports 6 s + CUDA 2 s + one compile 1 s + the device lock check
-    # (free: 0 s): about 10 s.
+    # imports 6 s + the runner doctor's checks (one compile, gcc on a
+    # file including Python.h: 2 s) + CUDA 2 s + one compile 1 s + the
+    # device lock check (free: 0 s): about 12 s.
     ("preflight", 25),
     # pytest start 6 s; the GPU test files tune tiny kernels with small
     # config lists: about 60 compiles of tiny kernels, 0.5-1 s each, plus
@@ -118,7 +121,7 @@ SELECTION_RULE = (
 # Every figure the report names, by section (tests/test_gpu_check.py reads
 # this list against a dry run's report).
 FIGURES = {
-    "preflight": ["device_key", "launch_seconds"],
+    "preflight": ["doctor", "device_key", "launch_seconds"],
     "tests": ["summary", "ok"],
     "suite": ["cold", "warm"],
     "side_by_side": ["cold_tuning_s", "compile_share", "hit_overhead_us",
@@ -300,7 +303,16 @@ def section_preflight(out, dry_run, env):
     import triton
     import triton.language as tl
 
+    from autotune.cli import doctor
     from autotune.measure import backends
+    # The GPU runner doctor's checks first, its lines in the report: a
+    # machine that cannot run a GPU test stops here, naming the fix.
+    lines = doctor.run_checks(doctor.Machine())
+    out["doctor"] = [line.text() for line in lines]
+    failed = [line for line in lines if line.status == doctor.FAIL]
+    if failed:
+        raise RuntimeError(f"the runner doctor: {len(failed)} FAIL: "
+                           + "; ".join(line.text() for line in failed))
     backend = backends.select_backend("interpreter" if dry_run else "gpu")
     out["device_key"] = backend.device_key()
     out["device_lock_wait_s"] = _device_lock_free(backend,
@@ -929,6 +941,9 @@ def markdown(report):
             lines += [f"error: `{s['error']}`", ""]
         for kernel, why in res.get("skipped", {}).items():
             lines += [f"Skipped {kernel}: {why}.", ""]
+        if name == "preflight" and res.get("doctor"):
+            lines += ["The GPU runner doctor (docs/gpu-runners.md):", "",
+                      "```"] + res["doctor"] + ["```", ""]
         if name == "side_by_side":
             firsts = ", ".join(f"{k}: {r.get('first')} first"
                                for k, r in res.get("kernels", {}).items())
@@ -967,10 +982,10 @@ def markdown(report):
                              f"{row['share_of_copy']} |")
             continue
         for key in FIGURES.get(name, []):
-            if key in res:
+            if key in res and key != "doctor":
                 lines.append(f"- {key}: {_cell(res[key])}")
         for key in sorted(set(res) - set(FIGURES.get(name, []))):
-            if key not in ("versions",):
+            if key not in ("versions", "doctor"):
                 lines.append(f"- {key}: {_cell(res[key])}")
     lines += ["", f"Total: {report['seconds']} s of {report['limit_s']} s; "
               f"ok: {report['ok']}", ""]

@@ -135,6 +135,43 @@ def test_preflight_alone_writes_only_the_report(tmp_path):
         < 5
 
 
+def test_preflight_records_the_runner_doctors_lines(tmp_path):
+    from autotune.cli import doctor
+    proc, report, _ = _preflight(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = report["sections"]["preflight"]["results"]["doctor"]
+    assert [ln.split()[1] for ln in lines] == [
+        c.__name__.removeprefix("check_") for c in doctor.CHECKS]
+    assert not [ln for ln in lines if ln.startswith("FAIL")], lines
+    with open(tmp_path / "out" / "gpu_check.md") as f:
+        page = f.read()
+    assert "The GPU runner doctor (docs/gpu-runners.md):" in page
+    assert lines[0] in page
+
+
+def test_a_doctor_fail_stops_the_check_before_the_costly_sections(tmp_path):
+    out = tmp_path / "out"
+    run_env = dict(os.environ, TRITON_LIBCUDA_PATH=str(tmp_path / "nowhere"))
+    run_env.pop("AUTOTUNE_FLAGS", None)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"),
+         "--dry-run", "--sections", "preflight,tests", "--out", str(out)],
+        cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1
+    assert "the preflight failed: nothing else can run" in proc.stderr + \
+        proc.stdout
+    with open(out / "gpu_check.json") as f:
+        report = json.load(f)
+    assert list(report["sections"]) == ["preflight"]  # tests never ran
+    section = report["sections"]["preflight"]
+    assert section["status"] == "failed"
+    assert section["error"].startswith(
+        "RuntimeError: the runner doctor: 1 FAIL: FAIL  libcuda "), section
+    assert "holds no libcuda.so.1" in section["error"]
+    assert any(ln.startswith("FAIL  libcuda")
+               for ln in section["results"]["doctor"])
+
+
 def test_a_held_device_lock_fails_the_check_naming_the_holder(tmp_path):
     """The check waits a bounded time for the device lock, and the failed
     section's report line is its exception, not a stderr line."""
