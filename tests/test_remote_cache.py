@@ -12,6 +12,7 @@ from autotune import flags
 from autotune import keys as keys_module
 from autotune.cache import remote as cache_remote
 from autotune.codec import binary
+from autotune.measure import backends
 from autotune.cache.remote import RemoteCache, RemoteCacheError
 from autotune.errors import AutotuneError
 from autotune.runtime import session as runtime_session
@@ -304,6 +305,58 @@ def test_an_update_replaces_a_remote_winner_no_longer_offered(
     sess = session_factory(autotune_remote_cache=server.url)
     tk.run(tk.make_tuner(remaining), 40)
     assert (sess.stats.remote_hits, sess.stats.tuned) == (1, 0)
+
+
+class _OnDevice(backends.InterpreterBackend):
+    """The interpreter, named as a GPU of a fleet: entries tuned with it
+    are keyed by that device."""
+
+    def __init__(self, device):
+        super().__init__(repetitions=1)
+        self.device_name = device
+
+    def device_key(self):
+        return self.device_name
+
+
+H100 = "NVIDIA H100 80GB HBM3/sm_90/sms=132/triton-3.9.0"
+A100 = "NVIDIA A100-SXM4-80GB/sm_80/sms=108/triton-3.9.0"
+
+
+def test_runners_of_two_devices_share_one_server_without_mixing(
+        session_factory, server, redis_db, tmp_path, capsys):
+    """An H100 runner and an A100 runner tune the same fusion against one
+    server: the A100 one does not take the H100's winner (it tunes), the
+    server holds one entry per device, and each device's next runner gets
+    its own device's winner (here the two differ by construction)."""
+    A, B = tk.GOOD
+    # Each is offered one config that runs (and one that crashes).
+    for device, offered in ((H100, [A, tk.CRASH]), (A100, [B, tk.CRASH])):
+        sess = session_factory(backend=_OnDevice(device),
+                               autotune_remote_cache=server.url)
+        tk.run(tk.make_tuner(offered), 40)
+        assert (sess.stats.tuned, sess.stats.remote_hits) == (1, 0), device
+    names = _remote_keys(redis_db)
+    assert len(names) == 2, names
+    stored = {}
+    for name in names:
+        entry = cache_remote.decode_value(redis_db.get(name), name)
+        stored[entry.key.device] = entry
+    assert sorted(stored) == sorted([H100, A100])
+    assert (stored[H100].best, stored[A100].best) == (A, B)
+    assert stored[H100].key.signature == stored[A100].key.signature
+    for device, winner in ((H100, A), (A100, B)):
+        sess = session_factory(backend=_OnDevice(device),
+                               autotune_remote_cache=server.url)
+        tuned = tk.make_tuner([A, B])
+        x, y = tk.run(tuned, 40)
+        assert (sess.stats.remote_hits, sess.stats.tuned,
+                sess.stats.candidate_benchmarks) == (1, 0, 0), device
+        assert tuned.lookup_config(x, y, 40, 2.0) == winner, device
+    capsys.readouterr()
+    assert tool("stats", "--json", server.url) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["by_device"] == {H100: 1, A100: 1}, info
 
 
 def test_corrupt_and_foreign_values_are_reported_once_and_ignored(
