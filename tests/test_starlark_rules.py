@@ -142,10 +142,12 @@ def build_attribute(text, name, attribute):
     return found.group(1).rstrip(",") if found else None
 
 
-def spawn_pools(path, targets):
-    """{(mnemonic, target): {Pool values}} of an execution log
-    (--execution_log_json_file: JSON objects one after another); a spawn
-    belongs to the first of targets whose name its outputs' paths hold."""
+def spawn_properties(path, targets):
+    """{(mnemonic, target): [{name: value} per spawn]} of an execution log
+    (--execution_log_json_file: JSON objects one after another): each
+    spawn's platform properties, as a remote executor receives them; a
+    spawn belongs to the first of targets whose name its outputs' paths
+    hold."""
     import json
     with open(path) as f:
         text = f.read()
@@ -159,10 +161,16 @@ def spawn_pools(path, targets):
         outputs = json.dumps(spawn.get("listedOutputs", []))
         for target in targets:
             if f"/{target}" in outputs:
-                found.setdefault((spawn.get("mnemonic"), target), set()).add(
+                found.setdefault((spawn.get("mnemonic"), target), []).append(
                     {p["name"]: p["value"] for p in spawn.get(
-                        "platform", {}).get("properties", [])}.get("Pool"))
+                        "platform", {}).get("properties", [])})
                 break
+
+
+def spawn_pools(path, targets):
+    """{(mnemonic, target): {Pool values}} of an execution log."""
+    return {key: {properties.get("Pool") for properties in found}
+            for key, found in spawn_properties(path, targets).items()}
 
 
 def test_the_gpu_pool_is_a_property_of_the_test_action_only(workspace,
@@ -213,6 +221,15 @@ FLEET_TYPES = """\
     FLEET = {"h100": H100, "a100": A100, "cpu": CPU}
 """
 
+IMAGE = {"OSFamily": "Linux", "container-image": "docker://ci-image"}
+RBE_PLATFORM = f"""\
+    platform(
+        name = "linux",
+        parents = ["@local_config_platform//:host"],
+        exec_properties = {IMAGE!r},
+    )
+"""
+
 FLEET = """\
     load("@rules_python//python:defs.bzl", "py_test")
     load("//rules:defs.bzl", "gpu_autotuned_test")
@@ -231,11 +248,14 @@ FLEET = """\
 """
 
 
-def test_gpu_types_make_one_routed_target_per_type(workspace):
+def test_gpu_types_make_one_routed_target_per_type(workspace, tmp_path):
     """gpu_types: `<name>_<type>` load and dump targets with the type's
-    tags and `test.` properties in a test_suite `<name>`; on the
-    interpreter the cpu type passes and a GPU type fails at once with one
-    line naming the GPU it needs and the device it got."""
+    tags and `test.` properties in a test_suite `<name>`; each type's test
+    action carries its type's `Pool` merged with the execution platform's
+    properties (execution log), and `--remote_default_exec_properties`
+    does not reach it; on the interpreter the cpu type passes and a GPU
+    type fails at once with one line naming the GPU it needs and the
+    device it got."""
     add_package(workspace, "fleet", FLEET)
     with open(os.path.join(workspace, "fleet", "types.bzl"), "w") as f:
         f.write(textwrap.dedent(FLEET_TYPES))
@@ -260,27 +280,58 @@ def test_gpu_types_make_one_routed_target_per_type(workspace):
     assert all(f"//fleet:kernels_test_{k}" in suite_tests
                for k in ("a100", "cpu", "h100")), suite_tests
 
+    # The properties every action needs (an image) on the execution
+    # platform, as docs/bazel.md's remote-execution set-up has them.
+    add_package(workspace, "rbe", RBE_PLATFORM)
+    log = tmp_path / "exec.json"
     ran = suite.bazel(workspace, ["test", "//fleet:kernels_test_cpu",
                                   "//fleet:kernels_test_h100",
-                                  "--test_output=errors"])
+                                  "//fleet:kernels_test_a100",
+                                  "--test_output=errors",
+                                  "--extra_execution_platforms=//rbe:linux",
+                                  f"--execution_log_json_file={log}"])
     out = ran.stdout + ran.stderr
     assert ran.returncode != 0
     assert re.search(r"//fleet:kernels_test_cpu\s.*PASSED", out), out[-3000:]
     assert re.search(r"//fleet:kernels_test_h100\s.*FAILED", out), out[-3000:]
     assert "this test may only run on a H100, and this run is on " \
         "cpu/triton-interpreter" in out, out[-3000:]
+    # Each type's test action carries its own pool, which a remote
+    # executor routes by, with the platform's properties; the CPU type's
+    # only the platform's.
+    found = spawn_properties(log, ("kernels_test_h100", "kernels_test_a100",
+                                   "kernels_test_cpu"))
+    for key, pool in (("h100", "h100"), ("a100", "a100"), ("cpu", None)):
+        expected = dict(IMAGE, **({"Pool": pool} if pool else {}))
+        assert found[("TestRunner", f"kernels_test_{key}")] == [expected], \
+            found
+    # --remote_default_exec_properties applies only to an action whose
+    # target and platform set none: a GPU type's test action gets its
+    # pool alone, without the image (so docs/bazel.md puts the image on
+    # the platform).
+    defaults_log = tmp_path / "defaults.json"
+    suite.bazel(workspace, [
+        "test", "//fleet:kernels_test_cpu", "//fleet:kernels_test_h100",
+        "--cache_test_results=no", f"--execution_log_json_file={defaults_log}"]
+        + [f"--remote_default_exec_properties={k}={v}"
+           for k, v in IMAGE.items()])
+    found = spawn_properties(defaults_log, ("kernels_test_h100",
+                                            "kernels_test_cpu"))
+    assert found[("TestRunner", "kernels_test_cpu")] == [IMAGE], found
+    assert found[("TestRunner", "kernels_test_h100")] == [{"Pool": "h100"}], \
+        found
     # One pool's share.
     filtered = suite.bazel(workspace, ["test", "//fleet:all",
                                        "--test_tag_filters=gpu-cpu"])
     assert filtered.returncode == 0, (filtered.stdout + filtered.stderr)[-3000:]
 
 
-def test_regenerate_runs_only_the_local_types_dump_targets(workspace):
+def test_regenerate_runs_only_the_local_types_dump_targets(workspace, tmp_path):
     """On this machine (the interpreter) regenerate runs the cpu type's
     dump target, names the GPU types it left to other machines, and
     `--gpu_type A100` says what an A100 machine would run."""
     if not os.path.isdir(os.path.join(workspace, "fleet")):
-        test_gpu_types_make_one_routed_target_per_type(workspace)
+        test_gpu_types_make_one_routed_target_per_type(workspace, tmp_path)
 
     def regenerate(*args):
         return subprocess.run(
