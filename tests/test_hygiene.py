@@ -24,6 +24,34 @@ def test_no_merge_or_patch_leftovers_are_tracked():
     assert not leftovers, leftovers
 
 
+def test_no_link_leaves_the_repository():
+    """A tracked symbolic link must point inside the checkout: one to a
+    machine's own folder (a local virtual environment) breaks every clean
+    clone, and the ignore rules of a folder do not catch a link."""
+    listing = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT,
+                             capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    outside = []
+    for line in listing:
+        mode, _, rest = line.partition(" ")
+        if mode != "120000":
+            continue
+        name = rest.split("\t", 1)[1]
+        target = os.readlink(os.path.join(ROOT, name))
+        resolved = os.path.normpath(os.path.join(
+            ROOT, os.path.dirname(name), target))
+        if os.path.isabs(target) or not resolved.startswith(ROOT + os.sep):
+            outside.append(f"{name} -> {target}")
+    assert not outside, outside
+
+
+def test_the_ci_folders_are_ignored_as_links_too():
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", ".ci/venv", ".ci/npm"],
+        cwd=ROOT, capture_output=True, text=True).stdout.split()
+    assert ignored == [".ci/venv", ".ci/npm"]
+
+
 def stale_paths(files):
     found = {}
     for name in files:

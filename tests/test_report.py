@@ -741,3 +741,22 @@ def test_cache_changes_keep_kernels_that_share_a_name_apart():
     flipped = _of_kernel(entry({16: 2.0, 32: 1.0}, 32), "c" * 16)
     assert summary.CacheChanges([a], [flipped]).headline() == \
         "0 added, 0 removed, 1 changed"
+
+
+def test_page_shows_each_devices_coverage_as_show_coverage_does():
+    h100 = "NVIDIA H100 80GB HBM3/sm_90/sms=132/triton-3.9.0"
+    entries = [entry({16: 10.0, 32: 20.0}, 16, "n=1"),
+               entry({16: 10.0, 32: 20.0}, 16, "n=2"),
+               entry({16: 12.0, 32: 20.0}, 16, "n=1", device=h100)]
+    html = page.build_page([("c.textproto", entries)])
+    table = html.split("<h2>Coverage by device</h2>", 1)[1].split(
+        "</table>", 1)[0]
+    rows = re.findall(r"<tr><td>(.*?)</td><td class=\"num\">(.*?)</td>"
+                      r"<td>(.*?)</td><td>(.*?)</td></tr>", table)
+    assert rows == [
+        (h100, "1/2", "<code>k [n=2]</code>", "2026-11-29T10:00:00Z"),
+        (DEVICE, "2/2", "none", "2026-11-29T10:00:00Z")]
+    shown = cache_tool.coverage(entries)
+    assert [(r["device"], f"{r['entries']}/{r['fusions']}", r["missing"])
+            for r in shown] == [(h100, "1/2", ["k [n=2]"]),
+                                (DEVICE, "2/2", [])]

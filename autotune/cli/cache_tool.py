@@ -36,6 +36,7 @@ from autotune.cache import io as cache_io
 from autotune.cache.io import materialize, read_cache, stats, write_cache
 from autotune.cli import compile_cache, doctor, merge_driver, remote_tool, report
 from autotune.measure import compile_requests
+from autotune.report import coverage as report_coverage
 from autotune.report import summary
 from autotune.records import (KEY_VERSION, Config)
 from autotune.runtime import freshness, offers
@@ -209,31 +210,11 @@ class Diff:
 
 
 def coverage(entries, tuners=None):
-    """Per device: which of the cache's fusions (kernel and signature, on
-    any device) it has entries for, which are missing, which stale (with
-    tuners, tree_autotuners: the tree's kernels), and when it was last
-    tuned. The suite's fusions are those some device has an entry for:
-    a type that lacks one is missing it."""
-    fusions = sorted({(e.key.kernel, e.key.signature) for e in entries})
-    by_device = {}
-    for entry in entries:
-        by_device.setdefault(entry.key.device, []).append(entry)
-    rows = []
-    for device, held in sorted(by_device.items()):
-        have = {(e.key.kernel, e.key.signature) for e in held}
-        stale = sorted({(e.key.kernel, e.key.signature) for e in held
-                        if tuners is not None and
-                        tree_stale_reason(e, tuners)})
-        stamps = [e.provenance.timestamp for e in held
-                  if e.provenance.timestamp]
-        rows.append({
-            "device": device, "fusions": len(fusions),
-            "entries": len(have),
-            "missing": [f"{k} [{sig}]" for k, sig in fusions
-                        if (k, sig) not in have],
-            "stale": [f"{k} [{sig}]" for k, sig in stale],
-            "last_tuned": max(stamps) if stamps else None})
-    return rows
+    """report/coverage.py's table; with tuners (tree_autotuners: the
+    tree's kernels) the stale entries are named too."""
+    stale_reason = None if tuners is None else \
+        (lambda entry: tree_stale_reason(entry, tuners))
+    return report_coverage.coverage(entries, stale_reason)
 
 
 def _show_coverage(args):

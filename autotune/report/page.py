@@ -16,7 +16,7 @@ import re
 
 from autotune.errors import ToolError
 from autotune.records import hardware_of
-from autotune.report import summary
+from autotune.report import coverage, summary
 
 INSTALL_HINT = ("the report page draws its charts with matplotlib: "
                 "pip install 'rules_autotune[report]' (or pip install "
@@ -217,6 +217,24 @@ def _summary_table(records, anchors):
     return "".join(out)
 
 
+def _coverage_table(entries):
+    """Per device: how many of the page's fusions it has entries for,
+    which it lacks, when it was last tuned (autotune_cache show --coverage
+    gives the same rows, and with --kernel_module the stale ones)."""
+    rows = coverage.coverage(entries)
+    out = ["<table class=\"coverage\"><tr><th>device</th><th>fusions</th>"
+           "<th>missing</th><th>last tuned</th></tr>"]
+    for row in rows:
+        missing = ", ".join(row["missing"])
+        out.append(
+            f"<tr><td>{_esc(row['device'])}</td><td class=\"num\">"
+            f"{row['entries']}/{row['fusions']}</td><td>"
+            + (f"<code>{_esc(missing)}</code>" if missing else "none")
+            + f"</td><td>{_esc(row['last_tuned'] or 'unknown')}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
 def _pct(change):
     """The change column: the new winner against the old one measured in
     the same run when it was, else against its stored time, marked as a
@@ -332,6 +350,8 @@ def build_page(sources, base=None, base_name=None, title=None,
         body.append(_comparison_html(comparison))
     body.append("<h2>Summary</h2>")
     body.append(_summary_table(records, anchors))
+    body.append("<h2>Coverage by device</h2>")
+    body.append(_coverage_table(entries))
     body.append("<h2>Candidates per fusion</h2><p>Bars: each candidate's "
                 "time (the winner dark, failed candidates marked &#10007; "
                 "with their kind); dashed line and shaded band: the "
