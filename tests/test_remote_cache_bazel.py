@@ -12,10 +12,10 @@ serves every launch from its output):
   results (nginx's root then holds ac/ and cas/ files);
 - runner 2, whose client PATH has one more entry, executes neither: both
   are remote cache hits. That holds because the workspace's .bazelrc fixes
-  the actions' PATH (`build --action_env=PATH=...`, docs/bazel.md#sharing-
-  a-remote-cache-between-runners); with the documented strict-action-env
-  line alone, the client's PATH is part of every action's key and such a
-  runner re-runs everything.
+  the actions' PATH (`build --action_env=PATH=...`, "Sharing a remote
+  cache between runners" in docs/bazel.md); with the documented
+  strict-action-env line alone (the control test), the client's PATH is
+  part of every action's key and such a runner re-runs everything.
 
 Skipped when nginx is not installed, unless AUTOTUNE_REQUIRE_NGINX=1
 (.ci/run installs nginx-light and sets it). Prints each runner's process
