@@ -34,11 +34,11 @@ import pytest
 from autotune import codec, flags
 from autotune.cache import merge
 from autotune.cache import update as cache_update
-from autotune.cli import cache_tool
 from autotune import log as autotune_log
 from autotune.log import printable
 from autotune.log import redact_text  # a URL's password never shows
 from autotune.measure import triton_cache
+from autotune.report import summary
 from autotune.runtime import session as runtime_session
 
 BACKENDS = ("auto", "gpu", "interpreter")
@@ -367,6 +367,7 @@ class AutotunePlugin:
         self.old_entries = None
         self.narrowed = _narrowing(config)  # why this is not a full run
         self.result = None          # what the end of the session did
+        self.changes = None         # an update's CacheChanges
         self.shared_dir = None      # update with xdist: the workers' cache
         self._fusions = []          # per-fusion records for the report
         self._bypassing = []        # triton.autotune kernels not routed
@@ -698,9 +699,12 @@ class AutotunePlugin:
                                                  key=lambda e: e.key)
                 if e.key.device in devices]
         new = updated.entries
-        diff = cache_tool.Diff(old, new)
-        self.diff = diff
-        self.result["changes"] = diff.as_dict()
+        # By fusion, as regenerate and `autotune_cache diff` say it: an
+        # edited kernel's fusions are re-tuned, and a changed winner is
+        # compared with the old one measured in this run when it was.
+        self.changes = summary.CacheChanges(
+            old, new, not_offered=summary.not_offered_fusions(self._fusions))
+        self.result["changes"] = self.changes.as_dict()
         self.result["entries"] = len(new)
         try:
             # Leaves a file that already holds these bytes alone (an
@@ -794,15 +798,8 @@ class AutotunePlugin:
                           f"this run used kept in {cache}: {named}{more}; "
                           "`pytest --autotune-update --autotune-prune-unused` "
                           "on a full run drops them")
-        diff = getattr(self, "diff", None)
-        if diff is not None:
-            # By fusion, as regenerate says it: an edited kernel's fusions
-            # are re-tuned, and a changed winner is compared with the old
-            # one measured in this run when it was.
-            from autotune.report import summary
-            changes = summary.CacheChanges(
-                list(diff.old.values()), list(diff.new.values()),
-                not_offered=summary.not_offered_fusions(self._fusions))
+        changes = self.changes
+        if changes is not None:
             tr.write_line(f"autotune: {cache}: {r['entries']} entries; "
                           f"{changes.headline()}")
             for line in changes.lines(limit=20):

@@ -54,7 +54,80 @@ def test_diff_reports_added_removed_changed(caches, capsys):
     assert change["run_time_change_pct"] is not None
     assert tool("diff", pa, pb) == 1
     out = capsys.readouterr().out
-    assert "1 added, 1 removed, 1 changed" in out and "% run time" in out
+    # The changed winner against the old one, measured in the same run
+    # (the new entry holds it as a candidate).
+    assert "1 added, 1 removed, 1 changed" in out and "% in one run" in out
+
+
+def _kernel_edit(tmp_path, winner=None):
+    """testdata/xla_style.textproto and a copy whose kernel was edited (a
+    new fingerprint), re-tuned to `winner` (default: the same one)."""
+    [entry] = codec.load_results(
+        os.path.join(ROOT, "testdata", "xla_style.textproto"),
+        parse_all=True)
+    edited = entry.replace(key=entry.key._replace(
+        fingerprint="0123456789abcdef"))
+    if winner is not None:
+        edited = edited.replace(best=winner, run_time_us=6997.213)
+    old, new = tmp_path / "old.textproto", tmp_path / "new.textproto"
+    codec.dump_results([entry], old)
+    codec.dump_results([edited], new)
+    return entry, old, new
+
+
+def test_diff_reads_a_kernel_edit_as_a_re_tune(tmp_path, capsys):
+    entry, old, new = _kernel_edit(tmp_path)
+    name = (f"{entry.key.kernel} [{entry.key.signature}] on "
+            f"{entry.key.device}")
+    assert tool("diff", old, new) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{old} -> {new}: 0 added, 0 removed, 0 changed; 1 re-tuned "
+        "(kernel changed), winner unchanged",
+        f"  = {name}: ROWS=4 num_warps=2 num_stages=2 (re-tuned: kernel "
+        "changed (fingerprint 5d75f7cd8a91d167 -> 0123456789abcdef), "
+        "winner unchanged)"]
+    assert tool("diff", old, new, "--json") == 1
+    diff = json.loads(capsys.readouterr().out)
+    assert diff["added"] == diff["removed"] == diff["changed"] == []
+    [retuned] = diff["retuned"]
+    assert retuned == {
+        "device": entry.key.device, "kernel": "softmax_kernel",
+        "signature": entry.key.signature,
+        "fingerprint": "0123456789abcdef", "key_version": 1,
+        "old_device": entry.key.device,
+        "old_fingerprint": "5d75f7cd8a91d167", "old_key_version": 1,
+        "best": "ROWS=4 num_warps=2 num_stages=2",
+        "old_run_time_us": 7151.735, "new_run_time_us": 7151.735,
+        "retune_reason": "kernel changed",
+        "key_change": "kernel changed (fingerprint 5d75f7cd8a91d167 -> "
+                      "0123456789abcdef)"}
+
+
+def test_diff_shows_a_kernel_edit_that_changed_the_winner(tmp_path, capsys):
+    faster = Config({"ROWS": 4}, num_warps=4, num_stages=2)
+    entry, old, new = _kernel_edit(tmp_path, winner=faster)
+    assert tool("diff", old, new) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(": 0 added, 0 removed, 1 changed"), lines
+    assert lines[1].startswith(
+        "  ~ softmax_kernel [n_rows=4,n_cols=48;dtypes=x:float32,y:float32;"
+        "BLOCK_COLS=64] on cpu/triton-interpreter/triton-3.9.0: ROWS=4 "
+        "num_warps=2 num_stages=2 -> ROWS=4 num_warps=4 num_stages=2 ("), \
+        lines
+    assert lines[1].endswith(
+        "; re-tuned: kernel changed (fingerprint 5d75f7cd8a91d167 -> "
+        "0123456789abcdef)"), lines
+    assert len(lines) == 2
+    assert tool("diff", old, new, "--json") == 1
+    [changed] = json.loads(capsys.readouterr().out)["changed"]
+    assert (changed["old_fingerprint"], changed["fingerprint"]) == (
+        "5d75f7cd8a91d167", "0123456789abcdef")
+    assert (changed["old"], changed["new"]) == (
+        "ROWS=4 num_warps=2 num_stages=2", "ROWS=4 num_warps=4 num_stages=2")
+    # The old winner is among the new entry's candidates: compared in one
+    # run, 7151.735 us against 6997.213 us.
+    assert changed["same_run"] is True
+    assert changed["run_time_change_pct"] == -2.16
 
 
 def test_merge_conflict_policies(caches, tmp_path, capsys):

@@ -160,7 +160,7 @@ def test_the_plugins_update_prunes_only_the_devices_it_ran_on(tmp_path):
     plugin = types.SimpleNamespace(
         settings=types.SimpleNamespace(cache=str(path), prune=True),
         narrowed=[], sessions=[], worker_outputs=[], old_entries=OLD,
-        result={})
+        result={}, _fusions=[])
     AutotunePlugin._finish_update(
         plugin, types.SimpleNamespace(testsfailed=0), 0, [("gw0", RUN)])
     expected = update.update(OLD, [("gw0", RUN)], prune_devices={CPU})

@@ -817,14 +817,24 @@ def test_an_edited_kernel_that_keeps_its_winners_is_re_tuned(pytester):
         result.output
     write_project(pytester.path, kernels=ONE_WINNER_KERNELS.replace(
         "+ 1.0 + BUG,", "+ 1.0 + BUG + 0.0,"))
-    result = run_pytest(pytester, *PLUGIN, "--autotune-update")
+    result = run_pytest(pytester, *PLUGIN, "--autotune-update",
+                        "--autotune-report=report.json")
     assert result.returncode == 0, result.output
     assert (f"autotune: {CACHE}: 3 entries; 0 added, 0 removed, 0 changed; "
             "2 re-tuned (kernel changed), winners unchanged") in \
         result.output, result.output
     assert re.search(r"^  = add_one_kernel \[n=20;.*\(re-tuned: kernel "
-                     r"changed, winner unchanged\)$", result.output, re.M), \
+                     r"changed \(fingerprint [0-9a-f]+ -> [0-9a-f]+\), "
+                     r"winner unchanged\)$", result.output, re.M), \
         result.output
+    # The report's changes are the same model, by fusion.
+    changes = json.loads((pytester.path / "report.json").read_text())[
+        "changes"]
+    assert changes["added"] == changes["removed"] == changes["changed"] == []
+    assert [(c["kernel"], c["retune_reason"]) for c in changes["retuned"]] \
+        == [("add_one_kernel", "kernel changed")] * 2
+    assert all(c["old_fingerprint"] != c["fingerprint"]
+               for c in changes["retuned"])
 
 
 def _run_on_a_terminal(project, *args):

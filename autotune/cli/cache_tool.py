@@ -144,71 +144,6 @@ def cmd_show(args):
     return 0
 
 
-# -- diff -----------------------------------------------------------------
-
-def _describe(key):
-    return {"device": key.device, "kernel": key.kernel,
-            "fingerprint": key.fingerprint, "signature": key.signature,
-            "key_version": key.key_version}
-
-
-class Diff:
-    """Keys added, removed and changed between two caches; details are
-    built on demand (a 100,000-entry diff prints only the first lines)."""
-
-    def __init__(self, old, new):
-        self.old = {e.key: e for e in old}
-        self.new = {e.key: e for e in new}
-        old_keys, new_keys = self.old.keys(), self.new.keys()
-        self.added = sorted(new_keys - old_keys)
-        self.removed = sorted(old_keys - new_keys)
-        self.changed = sorted(k for k in new_keys & old_keys
-                              if self.old[k].best != self.new[k].best)
-
-    def __bool__(self):
-        return bool(self.added or self.removed or self.changed)
-
-    def counts(self):
-        return len(self.added), len(self.removed), len(self.changed)
-
-    def change(self, key):
-        a, b = self.old[key], self.new[key]
-        pct = ((b.run_time_us - a.run_time_us) / a.run_time_us * 100.0
-               if a.run_time_us else None)
-        return {**_describe(key), "old": a.best.short(), "new": b.best.short(),
-                "old_run_time_us": a.run_time_us,
-                "new_run_time_us": b.run_time_us,
-                "run_time_change_pct": round(pct, 2) if pct is not None
-                else None}
-
-    def as_dict(self):
-        return {"added": [{**_describe(k), "best": self.new[k].best.short()}
-                          for k in self.added],
-                "removed": [{**_describe(k), "best": self.old[k].best.short()}
-                            for k in self.removed],
-                "changed": [self.change(k) for k in self.changed]}
-
-    def lines(self, limit=None):
-        """The diff's lines, names and configs from the files escaped for
-        a terminal (log.printable)."""
-        def generate():
-            for k in self.added:
-                yield (f"+ {k.kernel} [{k.signature}] on {k.device}: "
-                       f"{self.new[k].best.short()}")
-            for k in self.removed:
-                yield (f"- {k.kernel} [{k.signature}] on {k.device}: "
-                       f"{self.old[k].best.short()}")
-            for k in self.changed:
-                c = self.change(k)
-                pct = c["run_time_change_pct"]
-                yield (f"~ {k.kernel} [{k.signature}] on {k.device}: "
-                       f"{c['old']} -> {c['new']}"
-                       + (f" ({pct:+.1f}% run time)" if pct is not None
-                          else ""))
-        return summary.at_most(map(printable, generate()),
-                               sum(self.counts()), limit)
-
-
 def coverage(entries, tuners=None):
     """report/coverage.py's table; with tuners (tree_autotuners: the
     tree's kernels) the stale entries are named too."""
@@ -277,20 +212,23 @@ def _show_compile_requests(args):
     return 0
 
 
+# -- diff -----------------------------------------------------------------
+
 def cmd_diff(args):
     if args.a == args.b == "-":
         raise ToolError("diff: only one input can be - (stdin)")
     old, new = read_cache(args.a), read_cache(args.b)
-    diff = Diff(old, new)
+    # By fusion, as regenerate and pytest say it: an edited kernel's entry
+    # is re-tuned (or changed), with its fingerprints, not added and
+    # removed.
+    changes = summary.CacheChanges(old, new)
     if args.json:
-        print(json.dumps(diff.as_dict(), indent=2))
+        print(json.dumps(changes.as_dict(), indent=2))
     else:
-        added, removed, changed = diff.counts()
-        print(f"{args.a} -> {args.b}: {added} added, {removed} removed, "
-              f"{changed} changed")
-        for line in diff.lines(limit=args.limit):
+        print(printable(f"{args.a} -> {args.b}: {changes.headline()}"))
+        for line in changes.lines(limit=args.limit):
             print("  " + line)
-    return 1 if diff else 0
+    return 1 if changes else 0
 
 
 # -- merge ----------------------------------------------------------------

@@ -143,6 +143,17 @@ def natural_key(text):
                  for part in _NUMBER.split(str(text)) if part)
 
 
+def _device_versions(old, new):
+    """"triton-3.6.0 -> triton-3.9.0": the versions the device keys of one
+    hardware name, or "" when the keys are the same."""
+    if old.key.device == new.key.device:
+        return ""
+
+    def versions(device):
+        return device[len(hardware_of(device)):].lstrip("/")
+    return f"{versions(old.key.device)} -> {versions(new.key.device)}"
+
+
 def retune_reason(old, new):
     """Why a fusion whose winner stayed was tuned again: "kernel changed",
     the device key's versions ("triton-3.6.0 -> triton-3.9.0"), or both."""
@@ -151,10 +162,25 @@ def retune_reason(old, new):
             (new.key.fingerprint, new.key.key_version):
         reasons.append("kernel changed")
     if old.key.device != new.key.device:
-        def versions(device):
-            return device[len(hardware_of(device)):].lstrip("/")
-        reasons.append(f"{versions(old.key.device)} -> "
-                       f"{versions(new.key.device)}")
+        reasons.append(_device_versions(old, new))
+    return "; ".join(reasons)
+
+
+def key_change(old, new):
+    """retune_reason with what changed in the key: "kernel changed
+    (fingerprint 5d75f7cd8a91d167 -> 0123456789abcdef)", a key version's
+    change too, and the device key's versions; "" for one key."""
+    reasons, kernel = [], []
+    if old.key.fingerprint != new.key.fingerprint:
+        kernel.append(f"fingerprint {old.key.fingerprint} -> "
+                      f"{new.key.fingerprint}")
+    if old.key.key_version != new.key.key_version:
+        kernel.append(f"key version {old.key.key_version} -> "
+                      f"{new.key.key_version}")
+    if kernel:
+        reasons.append(f"kernel changed ({', '.join(kernel)})")
+    if old.key.device != new.key.device:
+        reasons.append(_device_versions(old, new))
     return "; ".join(reasons)
 
 
@@ -317,7 +343,8 @@ class CacheChanges:
         return winner_change(old, new)
 
     def lines(self, limit=None):
-        """One line per added, removed, changed and re-tuned fusion; past
+        """One line per added, removed, changed and re-tuned fusion (a
+        fusion's key change named: an edited kernel's fingerprints); past
         `limit`, a last line counting the rest."""
         # Kernels of one name and signature: each line names its own.
         shared = collections.Counter(
@@ -335,16 +362,67 @@ class CacheChanges:
             for f in self.removed:
                 yield f"- {name(f)}: {self.old[f].best.short()}"
             for f in self.changed:
-                yield (f"~ {name(f)}: {self.old[f].best.short()} -> "
-                       f"{self.new[f].best.short()} ({self.change(f)['text']})")
+                old, new = self.old[f], self.new[f]
+                moved = key_change(old, new)
+                yield (f"~ {name(f)}: {old.best.short()} -> "
+                       f"{new.best.short()} ({self.change(f)['text']})"
+                       + (f"; re-tuned: {moved}" if moved else ""))
             for f in self.retuned:
                 yield (f"= {name(f)}: {self.new[f].best.short()} (re-tuned: "
-                       f"{retune_reason(self.old[f], self.new[f])}, winner "
+                       f"{key_change(self.old[f], self.new[f])}, winner "
                        "unchanged)")
-        total = (len(self.added) + len(self.removed) + len(self.changed) +
-                 len(self.retuned))
         # Names and configs from the caches, escaped for a terminal.
-        return at_most(map(printable, generate()), total, limit)
+        return at_most(map(printable, generate()), self.count(), limit)
+
+    def count(self):
+        """How many fusions the changes name."""
+        return (len(self.added) + len(self.removed) + len(self.changed) +
+                len(self.retuned))
+
+    def as_dict(self):
+        """The changes as plain data (`autotune_cache diff --json`, the
+        pytest report's "changes"): "added" and "removed" entries; the
+        "changed" winners, each against the old one (change()); the
+        "retuned" fusions whose winner stayed. A changed or re-tuned
+        fusion names its new key and, as old_*, the old key's device,
+        fingerprint and key version, with the key's change in words."""
+        def entry(e):
+            return {**describe_key(e.key), "best": e.best.short(),
+                    "run_time_us": e.run_time_us}
+
+        def paired(f):
+            old, new = self.old[f], self.new[f]
+            return {**describe_key(new.key), "old_device": old.key.device,
+                    "old_fingerprint": old.key.fingerprint,
+                    "old_key_version": old.key.key_version,
+                    "old_run_time_us": old.run_time_us,
+                    "new_run_time_us": new.run_time_us,
+                    "retune_reason": retune_reason(old, new),
+                    "key_change": key_change(old, new)}
+
+        def changed(f):
+            change = self.change(f)
+            pct = change["pct"]
+            return {**paired(f), "old": self.old[f].best.short(),
+                    "new": self.new[f].best.short(),
+                    "run_time_change_pct": round(pct, 2) if pct is not None
+                    else None,
+                    "same_run": change["same_run"],
+                    "old_measured_now_us": change["old_now_us"],
+                    "change": change["text"]}
+
+        return {"added": [entry(self.new[f]) for f in self.added],
+                "removed": [entry(self.old[f]) for f in self.removed],
+                "changed": [changed(f) for f in self.changed],
+                "retuned": [{**paired(f), "best": self.new[f].best.short()}
+                            for f in self.retuned]}
+
+
+def describe_key(key):
+    """A cache key as plain data."""
+    return {"device": key.device, "kernel": key.kernel,
+            "signature": key.signature, "fingerprint": key.fingerprint,
+            "key_version": key.key_version}
 
 
 def at_most(lines, total, limit=None):
