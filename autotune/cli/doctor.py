@@ -291,8 +291,8 @@ def _ldconfig_libcuda(machine):
         out = subprocess.run([machine.ldconfig, "-p"], capture_output=True,
                              text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.SubprocessError) as e:
-        return [], f"{machine.ldconfig} -p: {e.strerror or e}" if isinstance(
-            e, OSError) else f"{machine.ldconfig} -p: {e}"
+        why = getattr(e, "strerror", None) or e
+        return [], f"{machine.ldconfig} -p: {why}"
     return [line.split()[-1] for line in out.splitlines()
             if "libcuda.so.1" in line], ""
 
