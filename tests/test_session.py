@@ -299,3 +299,13 @@ def test_miss_policy_seeded_measures_neighbour_configs_first(session_factory):
     # The neighbour's winner was measured first, and the search was short.
     assert entry.candidates and len(entry.candidates) < 4
     assert seeded.stats.candidate_benchmarks == len(entry.candidates)
+    # What the seeds spared is counted: the unseeded tuning measured every
+    # config, this one fewer.
+    saved = len(dump[0].candidates) - len(entry.candidates)
+    assert saved > 0 and seeded.stats.seed_saved_benchmarks == saved
+    [record] = [f for f in seeded.report()["fusions"]
+                if f["signature"] == entry.key.signature]
+    assert record["seeds"]["benchmarks_saved"] == saved
+    assert record["seeds"]["configs"] >= 1
+    assert f"1 seeded from the nearest entries, {saved} benchmarks " \
+        "saved" in seeded.summary_line()

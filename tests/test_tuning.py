@@ -296,7 +296,7 @@ def test_the_device_is_taken_for_the_miss_and_released(sess, clock):
     miss(sess, kernel, configs=[a, b]).run()
     assert turns == [KEY]
     assert sess._device_turn is None
-    assert set(sess.device_times[KEY]) >= {"tuning_start", "tuning_end"}
+    assert set(sess.tuning_notes[KEY]) >= {"tuning_start", "tuning_end"}
 
 
 def test_candidates_are_compiled_ahead_before_the_device_is_taken(sess,

@@ -31,6 +31,9 @@ def summary_line(sess):
             + (f"; incumbents: {s.incumbents_kept} kept, "
                f"{s.incumbents_replaced} replaced"
                if s.incumbents_kept or s.incumbents_replaced else "")
+            + (f"; {s.seeded} seeded from the nearest entries, "
+               f"{s.seed_saved_benchmarks} benchmarks saved" if s.seeded
+               else "")
             + f"; {s.candidate_benchmarks} candidate benchmarks, "
             f"{s.tuning_seconds:.2f} s tuning, "
             f"{s.saved_seconds:.2f} s saved by hits")

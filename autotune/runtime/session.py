@@ -60,6 +60,8 @@ class Stats:
         # major.minor (--autotune_version_match=loose)
         self.version_drift = collections.Counter()
         self.unmeasured_configs = 0  # offered configs hits never measured
+        self.seeded = 0  # misses tuned from the nearest entries' winners
+        self.seed_saved_benchmarks = 0  # what those seeds spared
 
     @property
     def drifted_entries(self):
@@ -81,7 +83,9 @@ class Stats:
                     {"component": what, "tuned_with": then, "running": now,
                      "entries": n} for (what, then, now), n in
                     sorted(self.version_drift.items())],
-                "unmeasured_configs": self.unmeasured_configs}
+                "unmeasured_configs": self.unmeasured_configs,
+                "seeded": self.seeded,
+                "seed_saved_benchmarks": self.seed_saved_benchmarks}
 
 
 def _saved_by(entry):
@@ -113,9 +117,10 @@ class Session:
         # (autotune/runtime/launch_record.py), written with the entry.
         self.compile_requests = {}
         # The device turn of the fusion being tuned (device_turn), and
-        # each tuned fusion's wait and interval, for the report.
+        # what each tuning reports of itself for the JSON report (its
+        # device wait and interval, the seeds it started from).
         self._device_turn = None
-        self.device_times = {}
+        self.tuning_notes = {}
         # (rank, world size) of this process in a torch.distributed job
         # that tuned with it (autotune.runtime.distributed), else None.
         self.distributed_job = None
@@ -407,7 +412,7 @@ class Session:
         self.stats.fusions[key] = {
             "status": "tuned", "source": None,
             "miss_reason": f"{len(unmeasured)} offered config(s) added",
-            **self.device_times.pop(key, {})}
+            **self.tuning_notes.pop(key, {})}
         return self._keep(tuned, entry)
 
     def _count_hit(self, key, entry, source, unmeasured=0):
@@ -450,7 +455,7 @@ class Session:
         self.stats.tuning_seconds += entry.provenance.tuning_seconds
         self.stats.fusions[key] = {"status": "tuned", "source": None,
                                    "miss_reason": reason,
-                                   **self.device_times.pop(key, {})}
+                                   **self.tuning_notes.pop(key, {})}
         incumbent = self.incumbent_for(key)
         if incumbent is None:
             return entry
@@ -512,7 +517,7 @@ class Session:
             turn.release()
             times = turn.report()
             if times:
-                self.device_times[key] = times
+                self.tuning_notes.setdefault(key, {}).update(times)
 
     def device_wait_s(self):
         """Seconds the fusion being tuned waited for its device lock: not
@@ -533,6 +538,15 @@ class Session:
 
     def count_compile_rejected(self, n):
         self.stats.compile_rejected += n
+
+    def count_seeds(self, key, seeds, saved):
+        """A seeded miss: `seeds` configs of the nearest tuned shapes or
+        devices measured first, `saved` benchmarks fewer than the same
+        tuning without them (runtime/tuning.py)."""
+        self.stats.seeded += 1
+        self.stats.seed_saved_benchmarks += saved
+        self.tuning_notes.setdefault(key, {})["seeds"] = {
+            "configs": seeds, "benchmarks_saved": saved}
 
     # -- exit ------------------------------------------------------------
     def note_compile_request(self, key, request):

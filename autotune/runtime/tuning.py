@@ -170,6 +170,9 @@ class Tuning:
         try:
             if opts.space is None or opts.search == "exhaustive":
                 todo = self.candidates(configs, seeds, incumbent)
+                if seeds:
+                    self._count_seeds(seeds, len(set(self.candidates(
+                        configs, [], incumbent))) - len(set(todo)))
                 if not compiled_ahead:
                     self.compile_ahead(todo)
                 progress = self._progress(len(set(todo)))
@@ -308,6 +311,7 @@ class Tuning:
         budget = opts.budget
         if seeds and budget:
             budget = max(len(seeds) + 1, budget // 2)
+            self._count_seeds(seeds, opts.budget - budget)
         first = list(seeds)
         for config in (incumbent, opts.default):
             if config is not None and config not in first:
@@ -323,6 +327,11 @@ class Tuning:
             seeds=first, pool=pool, time_budget_s=opts.time_budget_s,
             progress=progress, clock=clock)
         return selection.reselect(evaluator, result, incumbent), progress
+
+    def _count_seeds(self, seeds, saved):
+        """What the seeds spared: a seeded list measures half the rest
+        after them, a seeded search half the budget."""
+        self.session.count_seeds(self.key, len(seeds), max(0, saved))
 
     # -- what it says and records ---------------------------------------
     def _progress(self, candidates, budget=None):
