@@ -222,10 +222,11 @@ FLEET_TYPES = """\
 """
 
 IMAGE = {"OSFamily": "Linux", "container-image": "docker://ci-image"}
+# docs/bazel.md's execution platform for remote execution.
 RBE_PLATFORM = f"""\
     platform(
         name = "linux",
-        parents = ["@local_config_platform//:host"],
+        constraint_values = ["@platforms//os:linux", "@platforms//cpu:x86_64"],
         exec_properties = {IMAGE!r},
     )
 """
