@@ -97,3 +97,36 @@ def test_entry_head_keeps_entry_field_numbers():
     heads = {f.name: f.number for f in pb.AutotuneResultsHeads.DESCRIPTOR.fields}
     results = {f.name: f.number for f in pb.AutotuneResults.DESCRIPTOR.fields}
     assert heads == results
+
+
+# A class past this many lines holds more than one concern: what is not
+# its own goes to the module where that concern lives (docs/design.md).
+MAX_CLASS_LINES = 500
+
+
+def long_classes(paths):
+    import ast
+    found = []
+    for path in paths:
+        with open(os.path.join(ROOT, path)) as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    found.append(f"{path}:{node.lineno} {node.name}: "
+                                 f"{lines} lines")
+    return found
+
+
+def test_no_class_of_the_package_is_over_500_lines():
+    package = [f for f in tracked()
+               if f.startswith("autotune/") and f.endswith(".py")]
+    assert package and not long_classes(package), long_classes(package)
+
+
+def test_the_class_length_check_can_fail(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_CLASS_LINES))
+    (tmp_path / "big.py").write_text("class Big:\n" + body)
+    assert long_classes([str(tmp_path / "big.py")]) == [
+        f"{tmp_path / 'big.py'}:1 Big: {MAX_CLASS_LINES + 1} lines"]

@@ -7,6 +7,7 @@ from autotune import codec
 from autotune import log as logs
 from autotune.errors import AutotuneError
 from autotune.report import page, summary
+from autotune.runtime import distributed
 
 log = logs.get("runtime")
 
@@ -60,7 +61,7 @@ def report(sess):
     return {"device": sess.device_key, **sess.stats.as_dict(),
             "loaded": sess.load_reports,
             "remote": remote.report() if remote else None,
-            "distributed": sess.distributed_report(),
+            "distributed": distributed_report(sess),
             "missing": [{"kernel": k.kernel, "signature": k.signature,
                          "device": k.device,
                          "reason": sess.stats.fusions.get(k, {}).get(
@@ -69,6 +70,18 @@ def report(sess):
                             if k in sess.miss_notes else {})}
                         for k in sess.miss_keys],
             "fusions": fusions}
+
+
+def distributed_report(sess):
+    """The report's view of the job: this rank, the world size and the
+    exchanges this session made (a run of hits makes none); None when
+    the process tunes alone."""
+    job = sess.job()
+    if job is None:
+        return None
+    return {"rank": job[0], "world_size": job[1],
+            "exchanges": sum(distributed.EXCHANGES.values())
+            - sess.exchanges_before}
 
 
 def write_report_page(dump, entries):

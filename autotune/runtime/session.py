@@ -126,7 +126,7 @@ class Session:
         self.distributed_job = None
         # Exchanges between ranks made before this session (the report
         # counts this session's own).
-        self._exchanges_before = sum(distributed.EXCHANGES.values())
+        self.exchanges_before = sum(distributed.EXCHANGES.values())
         self._check_sharding()
         # A run that writes a cache (a dump; a pytest update sets it too)
         # records each differently specialised launch of a winner as a
@@ -473,10 +473,10 @@ class Session:
     def _rank(self):
         """This process's rank when it is one of a torch.distributed job
         (autotune_distributed not off), else None."""
-        job = self._job()
+        job = self.job()
         return job[0] if job else None
 
-    def _job(self):
+    def job(self):
         """(rank, world size) when this process is one of a
         torch.distributed job (autotune_distributed not off), else None."""
         if self.distributed_job is not None:
@@ -491,17 +491,6 @@ class Session:
         except Exception:
             return None
         return None
-
-    def distributed_report(self):
-        """The report's view of the job: this rank, the world size and the
-        exchanges this session made (a run of hits makes none); None when
-        the process tunes alone."""
-        job = self._job()
-        if job is None:
-            return None
-        return {"rank": job[0], "world_size": job[1],
-                "exchanges": sum(distributed.EXCHANGES.values())
-                - self._exchanges_before}
 
     @contextlib.contextmanager
     def device_turn(self, key):
