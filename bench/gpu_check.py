@@ -48,43 +48,61 @@ sys.path.insert(0, ROOT)
 
 # (name, budget seconds) on one H200 with a 16-core host, each next to the
 # estimate it is the budget of. Estimates: a fresh Python with torch and
-# Triton imported 4-6 s; CUDA context 1-2 s; one Triton compile of a small
-# kernel 0.5-1 s on that host, of a Hopper-sized bf16 matmul tile 2-8 s
-# (the CPU machines compile the 20 GPU configs in about 154 CPU-seconds:
-# 8 s each, a 16-core host about half that); GPU time of the figures is
-# small next to compilation. Their sum stays within the whole limit
-# (GPU_CHECK_LIMIT_S, 300 s) less the report's 10 s.
+# Triton imported 4-6 s; CUDA context 1-2 s; Triton compiles for sm_90,
+# measured on a 2-core CPU machine with Triton 3.9's sm_90 compiler
+# (GPUTarget("cuda", 90, 32), no GPU: `python3 tools/compile_check.py
+# --targets sm_90 --module autotune.kernels.matmul --jobs 1` in an empty
+# TRITON_CACHE_DIR, and compile_check.compile_one for the softmax):
+# the 20 bf16 matmul GPU configs (as a 4096^3 launch specialises them) in
+# 21.8 s serially, 1.07 s median, 0.69-1.52 s each (fp16 the same); the
+# softmax's 6 bf16 configs 0.14-0.81 s each (2.4 s for 2048-wide rows, 11 s
+# for 8192-wide ones, where three spill); a small kernel 0.2-1 s. Figures
+# from an fp32 compile (8 s a config) overstated bf16 compiles eightfold.
+# GPU time of the figures is small next to compilation. Their sum stays
+# within the whole limit (GPU_CHECK_LIMIT_S, 300 s) less the report's
+# 10 s. Each section's report says what it compiled and found on disk, and
+# its seconds: the estimates are checked on every run.
 SECTIONS = [
     # imports 6 s + the runner doctor's checks (one compile, gcc on a
     # file including Python.h: 2 s) + CUDA 2 s + one compile 1 s + the
     # device lock check (free: 0 s): about 12 s.
     ("preflight", 25),
-    # pytest start 6 s; the GPU test files tune tiny kernels with small
-    # config lists: about 60 compiles of tiny kernels, 0.5-1 s each, plus
-    # the drop-in round trips (two processes each, 11 kernels): 50-80 s.
+    # pytest start 6 s; the GPU test files (GPU_TESTS) tune tiny kernels
+    # with small config lists: about 40 compiles of tiny kernels, 0.2-0.8 s
+    # each (20 s), the drop-in API in process, one drop-in round trip (two
+    # processes of 6 s start-up and their compiles: 20 s): 40-60 s, leaving
+    # 30 s of the budget (five files with five round trips and the CPU-side
+    # compile checks took 80-120 s).
     ("tests", 90),
     # two example tests cold (tunes, compiles ahead in 8 jobs) and warm
     # (loads): four processes of 6 s start-up, the cold matmul fusions
-    # compile about 20 configs in 8 jobs, 10-20 s each: 40-60 s.
+    # compile about 20 configs in 8 jobs (about 1 s each: 3-5 s a fusion
+    # with the pool's start): 30-45 s.
     ("suite", 60),
     # two kernels x (two tunings per side with short do_bench, the
-    # oracle's plain launches, 200 hit launches per side): compiles
-    # dominate, each side in its own cache: softmax's 6 configs at about
-    # 1 s (12 s) and 4 matmul GPU configs at about 4 s (32 s), launches
-    # 5 s: about 50 s; fresh tunings (binaries loaded from disk, 6-8 s a
+    # oracle's plain launches, 200 hit launches per side), after one
+    # warm-up launch (driver start, 1-2 s): each side compiles in its own
+    # cache softmax's 6 configs (2.4 s) and 4 matmul GPU configs (about
+    # 1.1 s each: 4.4 s), 14 s for both sides; launches 5 s; about 30 s
+    # with start-up; fresh tunings (binaries loaded from disk, 6-8 s a
     # process) in the time left.
     ("side_by_side", 60),
-    # copy bandwidth, three matmul shapes tuned (the 4096^3 one compiles
-    # its 20 configs ahead, the others reuse most binaries: 25 s), softmax
-    # and layernorm at two shapes (6 configs each, 10 s): 35-40 s.
+    # in a Triton cache folder of its own (OWN_CACHE_SECTIONS): copy
+    # bandwidth, three matmul shapes tuned (the 4096^3 one compiles its 20
+    # configs ahead in 8 jobs, 3 s plus the pool's 2-4 s start; the other
+    # shapes specialise alike and reuse them: timing only, 5 s), softmax at
+    # two row widths (6 configs each, 2.4 s and 1.6 s) and layernorm (6
+    # configs, reused at the second shape): 30-35 s.
     ("kernels", 45),
 ]
 # compile_jobs (cold tuning with 1 job and with all) is not in the default
-# run: two more cold matmul tunings, 80-160 s serially; --sections
-# compile_jobs runs it in a second call.
+# run: two more cold matmul tunings, about 55 s; --sections compile_jobs
+# runs it in a second call.
 OPTIONAL_SECTIONS = [
-    # 20 configs serially (8 s each: 160 s) against 8 jobs (25 s).
-    ("compile_jobs", 200),
+    # 20 bf16 configs serially (about 1.1 s each: 22 s) against 8 jobs
+    # (3 s and the pool's start), each in a fresh process (8 s) with its
+    # timing (3 s): 35 s and 17 s.
+    ("compile_jobs", 90),
     # The example suite tuned once (compiles ahead in 8 jobs: 20-30 s),
     # its winners compiled for the GPU by `autotune_cache compile` (6
     # binaries, bf16 about 1 s each, in parallel: 5 s with start-up), then
@@ -103,9 +121,16 @@ KILL_GRACE_S = 3.0
 DEVICE_LOCK_TIMEOUT_S = float(os.environ.get("GPU_CHECK_LOCK_TIMEOUT_S",
                                              "20"))
 
+# The GPU-relevant tests: the GPU path and the tuner's launch, restore and
+# failure checks on the GPU backend, the drop-in API in process and one
+# drop-in round trip. Left to the CPU machines, where they run the same:
+# tests/test_compile_check.py (it compiles for sm_90 and sm_80 with the
+# wheel's ptxas, on any machine) and the other round trips of
+# tests/test_dropin.py (two processes each).
 GPU_TESTS = ["tests/test_gpu_path.py", "tests/test_tuner.py",
-             "tests/test_compile_check.py", "tests/test_dropin_api.py",
-             "tests/test_dropin.py"]
+             "tests/test_dropin_api.py",
+             "tests/test_dropin.py::"
+             "test_zero_edit_path_runs_triton_autotune_kernels_unchanged"]
 # Interpreter-only assertions (they expect the CPU backend's device key).
 GPU_DESELECT = []
 
@@ -137,6 +162,74 @@ FIGURES = {
 
 def log(text):
     print(f"gpu_check: {text}", flush=True)
+
+
+# -- what each section compiled and what it found on disk --------------------
+
+# bench/compile_counter/sitecustomize.py, first on every section's
+# PYTHONPATH: each Python process a section starts (pytest, the examples,
+# compile pools) logs every Triton compile() call, a hit (binary found in
+# the on-disk cache) or a miss (compiled), into the folder this names.
+COMPILE_COUNTER_DIR = os.path.join(ROOT, "bench", "compile_counter")
+COMPILE_LOG_ENV = "GPU_CHECK_COMPILE_LOG"
+# Where a section's own Triton cache folders go (the cold tunings' and the
+# kernels section's), so the check counts the binaries in them.
+SECTION_CACHES_ENV = "GPU_CHECK_SECTION_CACHES"
+# Sections run in a fresh Triton cache folder of their own, not the run's:
+# the kernels section's 4096^3 tuning would otherwise find on disk the
+# binaries the suite's runs compiled (same specialisation) and time no
+# compiling.
+OWN_CACHE_SECTIONS = ("kernels",)
+
+
+def _fresh_cache_dir(prefix):
+    """An empty Triton cache folder, under the section's folder of caches
+    (counted by the check) when there is one."""
+    parent = os.environ.get(SECTION_CACHES_ENV)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=parent or None)
+
+
+def _binaries_in(cache_dir):
+    return sum(name.endswith((".cubin", ".hsaco"))
+               for _, _, names in os.walk(cache_dir) for name in names)
+
+
+def compile_counts(log_dir):
+    """{"compiled": n, "found_on_disk": m}: Triton compile() calls logged
+    under log_dir by the processes of a section (see COMPILE_LOG_ENV)."""
+    counts = {"compiled": 0, "found_on_disk": 0}
+    if not log_dir or not os.path.isdir(log_dir):
+        return counts
+    for name in os.listdir(log_dir):
+        with open(os.path.join(log_dir, name)) as f:
+            for line in f:
+                if line.strip() == "miss":
+                    counts["compiled"] += 1
+                elif line.strip() == "hit":
+                    counts["found_on_disk"] += 1
+    return counts
+
+
+def _compile_listener_available():
+    """Whether this Triton tells a listener about every compile() call and
+    whether it found the binary on disk (knobs.compilation.listener)."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return False
+    return hasattr(getattr(knobs, "compilation", None), "listener")
+
+
+def _counted_here():
+    """This section's compile counts so far (every process of it)."""
+    return compile_counts(os.environ.get(COMPILE_LOG_ENV))
+
+
+def _counts_since(before):
+    now = _counted_here()
+    return {k: now[k] - before[k] for k in now}
 
 
 # -- child processes, each in a process group of its own ---------------------
@@ -218,24 +311,95 @@ class Partial:
 
 # -- timing -----------------------------------------------------------------
 
-def _timer(dry_run):
+class Ledger:
+    """Timing calls, what they asked for and the wall time they cost (do_bench
+    runs one launch and five estimate launches behind an L2 flush before
+    its repetitions, so a short call costs more than its ask)."""
+
+    def __init__(self):
+        self.calls, self.asked_ms, self.wall_ms = 0, 0.0, 0.0
+
+    def add(self, asked_ms, wall_ms):
+        self.calls += 1
+        self.asked_ms += asked_ms
+        self.wall_ms += wall_ms
+
+    def add_summary(self, before, after):
+        """The backend ledger's calls between two summaries."""
+        self.calls += after["calls"] - before["calls"]
+        self.asked_ms += after["asked_ms"] - before["asked_ms"]
+        self.wall_ms += after["wall_ms"] - before["wall_ms"]
+
+    def summary(self):
+        return {"calls": self.calls, "asked_ms": round(self.asked_ms, 1),
+                "wall_ms": round(self.wall_ms, 1),
+                "wall_over_asked": (round(self.wall_ms / self.asked_ms, 2)
+                                    if self.asked_ms else None)}
+
+
+def _backend_timing():
+    """The current session's backend's timing summary
+    (autotune.measure.backends.TimingLedger)."""
+    import autotune
+    return autotune.session().backend.timing_ledger().summary()
+
+
+# The check's own figures (the tuned kernels against torch): do_bench with
+# this warm-up and repetition time.
+FIGURE_WARMUP_MS, FIGURE_REP_MS = 10, 40
+
+
+def _timer(dry_run, ledger=None):
     """Median milliseconds of fn: do_bench on the GPU, wall clock on the
-    interpreter."""
+    interpreter; each call's ask and wall time added to `ledger`."""
     if not dry_run:
         from triton.testing import do_bench
 
-        def time_ms(fn):
-            return do_bench(fn, warmup=10, rep=40, return_mode="median")
-        return time_ms
+        def bench(fn):
+            return do_bench(fn, warmup=FIGURE_WARMUP_MS, rep=FIGURE_REP_MS,
+                            return_mode="median")
+        asked = FIGURE_WARMUP_MS + FIGURE_REP_MS
+    else:
+        def bench(fn):
+            samples = []
+            for _ in range(3):
+                start = time.perf_counter()
+                fn()
+                samples.append((time.perf_counter() - start) * 1e3)
+            return statistics.median(samples)
+        asked = None
 
     def time_ms(fn):
-        samples = []
-        for _ in range(3):
-            start = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - start) * 1e3)
-        return statistics.median(samples)
+        start = time.perf_counter()
+        value = bench(fn)
+        wall = (time.perf_counter() - start) * 1e3
+        if ledger is not None:
+            ledger.add(asked if asked is not None else 3 * value, wall)
+        return value
     return time_ms
+
+
+def warm_up(dry_run):
+    """Starts Triton's driver (on a GPU: its cuda_utils module, built with
+    gcc the first time, about 1 s) and launches one scratch kernel, so
+    that no timed tuning after it pays for them; returns the seconds."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add_one(x, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1.0,
+                 mask=offs < n)
+    start = time.perf_counter()
+    x = torch.zeros(16, device="cpu" if dry_run else "cuda")
+    add_one[(1,)](x, 16, BLOCK=16)
+    _sync(dry_run)
+    seconds = round(time.perf_counter() - start, 3)
+    if not bool((x == 1).all().item()):
+        raise RuntimeError("the scratch kernel did not run")
+    return seconds
 
 
 def _sync(dry_run):
@@ -301,7 +465,6 @@ def section_preflight(out, dry_run, env):
     import google.protobuf
     import torch
     import triton
-    import triton.language as tl
 
     from autotune.cli import doctor
     from autotune.measure import backends
@@ -324,17 +487,9 @@ def section_preflight(out, dry_run, env):
         "cuda": torch.version.cuda or "",
         "gpu": torch.cuda.get_device_name() if not dry_run else ""}
 
-    @triton.jit
-    def add_one(x, n, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1.0,
-                 mask=offs < n)
-    start = time.perf_counter()
-    x = torch.zeros(16, device=backend.device)
-    add_one[(1,)](x, 16, BLOCK=16)
-    _sync(dry_run)
-    out["launch_seconds"] = round(time.perf_counter() - start, 2)
-    out["ok"] = bool((x == 1).all().item())
+    out["launch_seconds"] = round(warm_up(dry_run), 2)
+    out["compile_listener"] = _compile_listener_available()
+    out["ok"] = True
 
 
 def section_tests(out, dry_run, env):
@@ -462,6 +617,11 @@ def _config_text(kwargs, num_warps, num_stages):
         f" w{num_warps} s{num_stages}"
 
 
+# triton.autotune's timing calls in this process (its do_bench, given to
+# its Autotuner), next to ours (the session backend's ledger).
+THEIR_TIMING = Ledger()
+
+
 def _cpu_do_bench(fn, quantiles=None, **_):
     """Triton's autotuner on the interpreter: a wall-clock do_bench."""
     samples = []
@@ -470,6 +630,7 @@ def _cpu_do_bench(fn, quantiles=None, **_):
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
     samples.sort()
+    THEIR_TIMING.add(sum(samples), sum(samples))
     return [samples[1]] * len(quantiles) if quantiles else samples[1]
 
 
@@ -490,8 +651,12 @@ def side_kernels(case):
 
 def _compare_do_bench(fn, quantiles=None, **_):
     from triton.testing import do_bench
-    return do_bench(fn, warmup=COMPARE_WARMUP_MS, rep=COMPARE_REP_MS,
-                    quantiles=quantiles)
+    start = time.perf_counter()
+    value = do_bench(fn, warmup=COMPARE_WARMUP_MS, rep=COMPARE_REP_MS,
+                     quantiles=quantiles)
+    THEIR_TIMING.add(COMPARE_WARMUP_MS + COMPARE_REP_MS,
+                     (time.perf_counter() - start) * 1e3)
+    return value
 
 
 def _make_tuners(case, dry_run, kernels):
@@ -512,6 +677,8 @@ def _make_tuners(case, dry_run, kernels):
 
 # The Triton cache directory each side's last cold tuning filled.
 _SIDE_CACHE_DIRS = {}
+# Our side's timing calls in this process (summed over its sessions).
+OUR_TIMING = Ledger()
 
 
 def _fresh_session(dry_run):
@@ -525,9 +692,9 @@ def _fresh_session(dry_run):
 def _tune_once(case, dry_run, kernels, order=("ours", "theirs"),
                cold=True):
     """Tunings in this process, sides in `order`: {'ours': (seconds,
-    config text), 'theirs': ...}. cold: each side compiles into an empty
-    Triton cache directory of its own (the on-disk cache of one side is
-    not the other's)."""
+    config text, {"compiled": n, "found_on_disk": m}), 'theirs': ...}.
+    cold: each side compiles into an empty Triton cache directory of its
+    own (the on-disk cache of one side is not the other's)."""
     _, _, _, _, make_args, grid = case
     out = {}
     tuners = _make_tuners(case, dry_run, kernels)
@@ -536,17 +703,21 @@ def _tune_once(case, dry_run, kernels, order=("ours", "theirs"),
         for who in order:
             if cold:
                 os.environ["TRITON_CACHE_DIR"] = _SIDE_CACHE_DIRS[who] = \
-                    tempfile.mkdtemp(prefix=f"gpu_check_{who}_cache.")
+                    _fresh_cache_dir(f"gpu_check_{who}_cache.")
             _fresh_session(dry_run)
             tuner = tuners[who]
             args, kwargs = make_args()
+            counted = _counted_here()
+            timing = _backend_timing()
             start = time.perf_counter()
             tuner[grid](*args, **kwargs)
             _sync(dry_run)
             seconds = time.perf_counter() - start
+            OUR_TIMING.add_summary(timing, _backend_timing())
             best = tuner.best_config
             out[who] = (seconds, _config_text(best.kwargs, best.num_warps,
-                                              best.num_stages))
+                                              best.num_stages),
+                        _counts_since(counted))
     finally:
         if saved is None:
             os.environ.pop("TRITON_CACHE_DIR", None)
@@ -586,7 +757,9 @@ def _hit_overhead_us(case, dry_run, calls, kernels):
     ours, theirs = tuners["ours"], tuners["theirs"]
     _fresh_session(dry_run)
     args, kwargs = make_args()
+    timing = _backend_timing()
     ours[grid](*args, **kwargs)
+    OUR_TIMING.add_summary(timing, _backend_timing())
     theirs[grid](*args, **kwargs)
     _sync(dry_run)
     best = {"ours": ours.best_config.all_kwargs(),
@@ -638,6 +811,8 @@ def section_side_by_side(out, dry_run, env, budget_s=110):
     deadline = time.time() + budget_s - 10
     fresh = 1 if dry_run else 4
     results = {}
+    # Neither side's first cold tuning pays for the driver's start.
+    out["warm_up_s"] = warm_up(dry_run)
     problem = interpreter_problem(dry_run)
     if problem:
         out["skipped"] = {"matmul_bias_relu": problem}
@@ -658,6 +833,10 @@ def section_side_by_side(out, dry_run, env, budget_s=110):
         again = _tune_once(case, dry_run, kernels, order[::-1], cold=False)
         row["first"] = order[0]
         row["cold_tuning_s"] = {w: _figure(first[w][0]) for w in first}
+        # Whether the cold tunings compiled (each side in an empty folder
+        # of its own: all its configs) and the second ones did not.
+        row["triton_cache_cold"] = {w: first[w][2] for w in first}
+        row["triton_cache_again"] = {w: again[w][2] for w in again}
         row["compile_share"] = {
             w: _figure(max(0.0, first[w][0] - again[w][0]) / first[w][0])
             for w in first}
@@ -699,6 +878,10 @@ def section_side_by_side(out, dry_run, env, budget_s=110):
         log(f"side by side {name}: {row['ratio_ours_over_triton']}")
     for fig in FIGURES["side_by_side"]:
         out[fig] = {n: r.get(fig) for n, r in results.items()}
+    # What the two sides' timing calls asked for and cost (the cold
+    # tunings, the second tunings and the hit-overhead tunings).
+    out["timing_calls"] = {"ours": OUR_TIMING.summary(),
+                           "theirs": THEIR_TIMING.summary()}
 
 
 def section_kernels(out, dry_run, env):
@@ -708,8 +891,14 @@ def section_kernels(out, dry_run, env):
     from autotune.kernels import layernorm, matmul, softmax
     autotune.configure()
     dev = autotune.device()
-    time_ms = _timer(dry_run)
+    figures = Ledger()
+    time_ms = _timer(dry_run, figures)
     torch.manual_seed(0)
+    # In a Triton cache folder of its own (OWN_CACHE_SECTIONS): each
+    # tuning below compiles what it does not find from an earlier one of
+    # this section, and says so.
+    out["triton_cache_dir"] = os.environ.get("TRITON_CACHE_DIR")
+    out["warm_up_s"] = warm_up(dry_run)
     # The device's copy bandwidth: read + write of a large buffer.
     size = 1 << 16 if dry_run else 1 << 28
     src = torch.empty(size, device=dev, dtype=torch.uint8)
@@ -735,9 +924,11 @@ def section_kernels(out, dry_run, env):
         a = torch.randn(m, k, device=dev, dtype=dtype)
         b = torch.randn(k, n, device=dev, dtype=dtype)
         bias = torch.randn(n, device=dev, dtype=dtype)
+        counted = _counted_here()
         start = time.perf_counter()
         matmul.matmul_bias_act(a, b, bias, "relu")  # tunes
         tune_s = time.perf_counter() - start
+        triton_cache = _counts_since(counted)
         ours = time_ms(lambda: matmul.matmul_bias_act(a, b, bias, "relu"))
         # torch's best for this epilogue: one GEMM with the bias fused
         # (addmm), the relu in place.
@@ -745,10 +936,15 @@ def section_kernels(out, dry_run, env):
         flops = 2.0 * m * n * k
         rows.append({"kernel": "matmul_bias_relu", "dtype": str(dtype),
                      "shape": f"{m}x{n}x{k}", "tuning_s": round(tune_s, 2),
+                     "triton_cache": triton_cache,
                      "tuned_tflops": _figure(flops / ours / 1e9),
                      "torch_tflops": _figure(flops / theirs / 1e9)})
         out["matmul"] = rows
-    row_shapes = [(8, 64)] if dry_run else [(16384, 2048), (4096, 8192)]
+    # Rows of 2048 and 1024 (128 and 64 MiB of bf16): none of the six
+    # configs spills there; at 8192 columns three do (ROWS=4 with 2 warps
+    # spills 4.9 KB and compiles in 5.6 s for sm_90 on the CPU machines, the
+    # six in 11 s against 2.4 s at 2048).
+    row_shapes = [(8, 64)] if dry_run else [(16384, 2048), (65536, 1024)]
     bandwidth_rows = []
     out["rows"] = bandwidth_rows
     for r, c in row_shapes:
@@ -764,14 +960,19 @@ def section_kernels(out, dry_run, env):
                                                         1e-5))):
             if name in out.data.get("skipped", {}):
                 continue
+            counted = _counted_here()
             ours_fn()  # tunes
+            triton_cache = _counts_since(counted)
             ours_gbps = moved / time_ms(ours_fn) / 1e6
             bandwidth_rows.append({
                 "kernel": name, "dtype": str(dtype), "shape": f"{r}x{c}",
+                "triton_cache": triton_cache,
                 "tuned_gbps": _figure(ours_gbps),
                 "torch_gbps": _figure(moved / time_ms(theirs_fn) / 1e6),
                 "share_of_copy": _figure(ours_gbps / out["copy_gbps"])})
             out["rows"] = bandwidth_rows
+    out["timing_calls"] = {"tuning": _backend_timing(),
+                           "figures": figures.summary()}
     autotune.session().finish()
 
 
@@ -787,7 +988,7 @@ def section_compile_jobs(out, dry_run, env):
         return
     for label, n in (("cold_tuning_s_1_job", 1),
                      ("cold_tuning_s_all_jobs", jobs)):
-        cache_dir = tempfile.mkdtemp(prefix="gpu_check_triton_cache.")
+        cache_dir = _fresh_cache_dir("gpu_check_triton_cache.")
         run_env = dict(env, TRITON_CACHE_DIR=cache_dir,
                        AUTOTUNE_FLAGS=f"--autotune_compile_jobs={n}")
         cmd = [sys.executable, os.path.abspath(__file__),
@@ -800,6 +1001,8 @@ def section_compile_jobs(out, dry_run, env):
             continue
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         out[label] = _figure(result["ours"][0])
+        out[label.replace("cold_tuning_s", "binaries")] = \
+            _binaries_in(cache_dir)
 
 
 def _gpu_target(dry_run):
@@ -808,11 +1011,6 @@ def _gpu_target(dry_run):
     import torch
     major, minor = torch.cuda.get_device_capability()
     return f"sm_{major}{minor}"
-
-
-def _binaries_in(cache_dir):
-    return sum(name.endswith((".cubin", ".hsaco"))
-               for _, _, names in os.walk(cache_dir) for name in names)
 
 
 def section_compiled(out, dry_run, env):
@@ -830,8 +1028,7 @@ def section_compiled(out, dry_run, env):
     target = out["target"] = _gpu_target(dry_run)
 
     def run_suite(flags, label):
-        cache_dir = tempfile.mkdtemp(prefix=f"gpu_check_{label}.",
-                                     dir=work)
+        cache_dir = _fresh_cache_dir(f"gpu_check_{label}.")
         outputs = os.path.join(work, label)
         os.makedirs(outputs, exist_ok=True)
         run_env = dict(env, TRITON_CACHE_DIR=cache_dir,
@@ -892,6 +1089,7 @@ def _tune_example(dry_run):
     a = torch.randn(size, size, device=dev, dtype=dtype)
     b = torch.randn(size, size, device=dev, dtype=dtype)
     bias = torch.randn(size, device=dev, dtype=dtype)
+    warm_up(dry_run)  # the driver's start is not the tuning's
     start = time.perf_counter()
     matmul.matmul_bias_act(a, b, bias, "relu")
     _sync(dry_run)
@@ -914,6 +1112,25 @@ def _cell(value):
     return str(value)
 
 
+def _counted(counts):
+    """'compiled / found on disk' of a {"compiled", "found_on_disk"}."""
+    if not isinstance(counts, dict):
+        return ""
+    return f"{counts.get('compiled')} / {counts.get('found_on_disk')}"
+
+
+def _timing_lines(ledgers):
+    """Timing calls: what they asked for beside what they cost."""
+    if not ledgers:
+        return []
+    lines = ["", "| timing calls of | calls | asked ms | wall ms | "
+             "wall / asked |", "|---|---|---|---|---|"]
+    for who, t in ledgers.items():
+        lines.append(f"| {who} | {t.get('calls')} | {t.get('asked_ms')} | "
+                     f"{t.get('wall_ms')} | {t.get('wall_over_asked')} |")
+    return lines
+
+
 def markdown(report):
     pre = report["sections"].get("preflight", {}).get("results", {})
     lines = [f"# GPU check: {pre.get('device_key', '?')}", ""]
@@ -923,14 +1140,24 @@ def markdown(report):
     if report["dry_run"]:
         lines += ["Dry run on Triton's interpreter: the figures mean "
                   "nothing, the sections and their figures are checked.", ""]
-    lines += ["| section | status | seconds | budget s | error |",
-              "|---|---|---|---|---|"]
+    lines += ["Compiled / found on disk: Triton compile() calls in every "
+              "process of the section that compiled a binary / found it in "
+              "an on-disk cache (binaries held in a kernel object's memory "
+              "are neither); new binaries: those that appeared in the "
+              "section's Triton cache folders.", "",
+              "| section | status | seconds | budget s | compiled | "
+              "found on disk | new binaries | Triton cache | error |",
+              "|---|---|---|---|---|---|---|---|---|"]
     order = [n for n, _ in SECTIONS + OPTIONAL_SECTIONS
              if n in report["sections"]]
     for name in order:
         s = report["sections"][name]
+        tc = s.get("triton_cache", {})
         lines.append(f"| {name} | {s['status']} | {s.get('seconds', '')} | "
-                     f"{s.get('budget_s', '')} | {s.get('error', '')} |")
+                     f"{s.get('budget_s', '')} | {tc.get('compiled', '')} | "
+                     f"{tc.get('found_on_disk', '')} | "
+                     f"{tc.get('new_binaries', '')} | "
+                     f"{tc.get('folder', '')} | {s.get('error', '')} |")
     for name in order:
         s = report["sections"].get(name)
         if not s:
@@ -962,6 +1189,14 @@ def markdown(report):
                     lines.append(f"| {kernel} | {fig} | {v.get('ours')} | "
                                  f"{v.get('theirs')} | "
                                  f"{ratios.get(fig, '')} |")
+                for fig in ("triton_cache_cold", "triton_cache_again"):
+                    v = row.get(fig, {})
+                    lines.append(f"| {kernel} | {fig} (compiled / on disk) "
+                                 f"| {_counted(v.get('ours'))} | "
+                                 f"{_counted(v.get('theirs'))} | |")
+            lines += ["", f"Warm-up before the first timed tuning (driver "
+                      f"start, one scratch kernel): {res.get('warm_up_s')} s."]
+            lines += _timing_lines(res.get("timing_calls", {}))
             continue
         if name == "kernels":
             lines += [f"copy_gbps (device copy bandwidth): "
@@ -969,17 +1204,25 @@ def markdown(report):
                       f"Config lists: {res.get('config_lists', '')}.", "",
                       "torch baseline of matmul_bias_relu: "
                       "torch.addmm(bias, a, b).relu_().", "",
+                      f"Warm-up before the first timed tuning: "
+                      f"{res.get('warm_up_s')} s; in its own Triton cache "
+                      "folder, so its first tuning compiles.", "",
                       "| kernel | dtype | shape | tuned | torch | unit | "
-                      "share of copy |", "|---|---|---|---|---|---|---|"]
+                      "share of copy | tuning s | compiled / on disk |",
+                      "|---|---|---|---|---|---|---|---|---|"]
             for row in res.get("matmul", []):
                 lines.append(f"| {row['kernel']} | {row['dtype']} | "
                              f"{row['shape']} | {row['tuned_tflops']} | "
-                             f"{row['torch_tflops']} | TFLOP/s | |")
+                             f"{row['torch_tflops']} | TFLOP/s | | "
+                             f"{row.get('tuning_s', '')} | "
+                             f"{_counted(row.get('triton_cache'))} |")
             for row in res.get("rows", []):
                 lines.append(f"| {row['kernel']} | {row['dtype']} | "
                              f"{row['shape']} | {row['tuned_gbps']} | "
                              f"{row['torch_gbps']} | GB/s | "
-                             f"{row['share_of_copy']} |")
+                             f"{row['share_of_copy']} | | "
+                             f"{_counted(row.get('triton_cache'))} |")
+            lines += _timing_lines(res.get("timing_calls", {}))
             continue
         for key in FIGURES.get(name, []):
             if key in res and key != "doctor":
@@ -1003,14 +1246,54 @@ def write_report(out_dir, report):
         os.replace(tmp, os.path.join(out_dir, name))
 
 
-def run_section(name, budget_s, work_dir, env, dry_run):
+def _section_env(name, work_dir, env):
+    """The section's environment: its compile log folder, its folder of
+    Triton caches and, for OWN_CACHE_SECTIONS, a fresh Triton cache folder
+    of its own. Returns (env, log folder, caches folder)."""
+    log_dir = os.path.join(work_dir, f"{name}.compiles")
+    caches = os.path.join(work_dir, f"{name}.caches")
+    for folder in (log_dir, caches):
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+    section_env = dict(env, **{COMPILE_LOG_ENV: log_dir,
+                               SECTION_CACHES_ENV: caches})
+    if name in OWN_CACHE_SECTIONS:
+        section_env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(
+            prefix=f"gpu_check_{name}_cache.", dir=caches)
+    return section_env, log_dir, caches
+
+
+def section_triton_cache(name, run_cache, binaries_before, log_dir, caches,
+                         listener):
+    """What a section compiled and what it found on disk: Triton compile()
+    calls in all its processes (misses compiled, hits found in an on-disk
+    cache; None where this Triton has no compilation listener) and the
+    binaries new in the Triton cache folders it was given (the run's, its
+    own)."""
+    counts = compile_counts(log_dir) if listener else \
+        {"compiled": None, "found_on_disk": None}
+    return dict(
+        counts,
+        folder=("a fresh one of its own" if name in OWN_CACHE_SECTIONS
+                else "the run's"),
+        new_binaries=(_binaries_in(run_cache) - binaries_before
+                      + _binaries_in(caches)) if run_cache else
+        _binaries_in(caches))
+
+
+def run_section(name, budget_s, work_dir, env, dry_run, listener=True,
+                keep_caches=False):
     """Runs one section in a child process of its own session within
     budget_s (the whole group is killed when it runs over); returns its
     entry for the report (status ok, failed, cut). The section writes its
-    results into work_dir (not $OUT): they are folded into the report."""
+    results into work_dir (not $OUT): they are folded into the report,
+    with what it compiled and found on disk (section_triton_cache)."""
     path = os.path.join(work_dir, f"{name}.json")
     if os.path.exists(path):
         os.remove(path)
+    run_cache = env.get("TRITON_CACHE_DIR")
+    binaries_before = _binaries_in(run_cache) if run_cache else 0
+    env, log_dir, caches = _section_env(name, work_dir, env)
     cmd = [sys.executable, os.path.abspath(__file__), "--section", name,
            "--work", work_dir, "--budget", str(budget_s)] + \
         (["--dry-run"] if dry_run else [])
@@ -1040,6 +1323,10 @@ def run_section(name, budget_s, work_dir, env, dry_run):
     if results.get("exception"):
         entry["error"] = results.pop("exception")
     entry["results"] = results
+    entry["triton_cache"] = section_triton_cache(
+        name, run_cache, binaries_before, log_dir, caches, listener)
+    if not keep_caches:
+        shutil.rmtree(caches, ignore_errors=True)
     if entry["status"] == "ok" and results.get("ok") is False:
         entry["status"] = "failed"
         entry.setdefault("error", "a check of the section failed "
@@ -1107,8 +1394,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     sections = parse_sections(args.sections)
     env = dict(os.environ)
+    # The compile counter first (its sitecustomize runs the next one).
     env["PYTHONPATH"] = os.pathsep.join(
-        [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        [COMPILE_COUNTER_DIR, ROOT]
+        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     # The tests' conftest picks the interpreter unless told otherwise.
     env["TRITON_INTERPRET"] = "1" if args.dry_run else "0"
     os.environ["TRITON_INTERPRET"] = env["TRITON_INTERPRET"]
@@ -1144,11 +1433,13 @@ def main(argv=None):
     # Sections that time a cold tuning still take folders of their own.
     triton_cache = tempfile.mkdtemp(prefix="gpu_check_triton_cache.")
     env["TRITON_CACHE_DIR"] = triton_cache
+    listener = _compile_listener_available()
     report = {"dry_run": args.dry_run, "limit_s": TOTAL_S, "sections": {},
               "seconds": 0.0, "ok": False,
               "selection_rule": SELECTION_RULE,
               "triton_cache": {"dir": triton_cache,
-                               "kept": bool(args.keep_triton_cache)}}
+                               "kept": bool(args.keep_triton_cache),
+                               "compiles_counted": listener}}
     for name, budget in sections:
         budget *= scale
         left = TOTAL_S - (time.time() - start)
@@ -1157,7 +1448,8 @@ def main(argv=None):
                                         "error": "no time left"}
             continue
         entry = run_section(name, min(budget, left), work_dir, env,
-                            args.dry_run)
+                            args.dry_run, listener,
+                            bool(args.keep_triton_cache))
         report["sections"][name] = entry
         report["seconds"] = round(time.time() - start, 1)
         write_report(out_dir, report)

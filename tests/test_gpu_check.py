@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -36,6 +37,13 @@ def test_dry_run_report_has_every_section_and_figure(tmp_path):
         for figure in gpu_check.FIGURES[name]:
             assert figure in section["results"], (name, figure)
         assert f"## {name}" in markdown
+        # What it compiled and found on disk (the interpreter compiles
+        # nothing: zeros, counted).
+        assert section["triton_cache"] == {
+            "compiled": 0, "found_on_disk": 0, "new_binaries": 0,
+            "folder": "a fresh one of its own" if name == "kernels"
+            else "the run's"}, (name, section["triton_cache"])
+    assert "| compiled | found on disk | new binaries |" in markdown
     # Skipped only where the interpreter cannot run them, saying why.
     skipped = report["sections"]["side_by_side"]["results"].get("skipped",
                                                                 {})
@@ -51,8 +59,24 @@ def test_dry_run_report_has_every_section_and_figure(tmp_path):
         assert set(row["ratio_ours_over_triton"]) == {
             "cold_tuning_s", "hit_overhead_us", "regret"}
     assert "ours / triton" in markdown
+    results = report["sections"]["side_by_side"]["results"]
+    assert results["warm_up_s"] > 0
+    for who in ("ours", "theirs"):
+        timing = results["timing_calls"][who]
+        assert timing["calls"] > 0 and timing["wall_ms"] > 0, (who, timing)
+    for row in side.values():
+        assert set(row["triton_cache_cold"]) == {"ours", "theirs"}
+        assert row["triton_cache_cold"]["ours"] == {"compiled": 0,
+                                                    "found_on_disk": 0}
+    assert "triton_cache_cold (compiled / on disk)" in markdown
+    assert "| timing calls of |" in markdown
     kernels = report["sections"]["kernels"]["results"]
     assert kernels["copy_gbps"] > 0
+    assert kernels["warm_up_s"] > 0
+    assert kernels["triton_cache_dir"] != report["triton_cache"]["dir"]
+    assert set(kernels["timing_calls"]) == {"tuning", "figures"}
+    assert all(r["triton_cache"] == {"compiled": 0, "found_on_disk": 0}
+               for r in kernels["rows"] + kernels["matmul"])
     assert {r["kernel"] for r in kernels["rows"]} | set(
         kernels.get("skipped", {})) >= {"softmax", "layernorm"}
     assert "GB/s" in markdown
@@ -209,6 +233,10 @@ def test_tests_on_a_gpu_exclude_cpu_only_assertions_and_do_not_stop_early():
     for path in gpu_check.GPU_TESTS:
         assert os.path.exists(os.path.join(ROOT, path)), path
     assert "tests/test_dropin_api.py" in gpu_check.GPU_TESTS
+    # Trimmed to fit its budget: the CPU-side compile checks and all but
+    # one drop-in round trip are left to the CPU machines.
+    assert "tests/test_compile_check.py" not in gpu_check.GPU_TESTS
+    assert "tests/test_dropin.py" not in gpu_check.GPU_TESTS
     import inspect
     assert '"-x"' not in inspect.getsource(gpu_check.section_tests)
 
@@ -257,3 +285,71 @@ def test_compiled_section_dry_run(tmp_path):
     assert folder["dir"].startswith(tempfile.gettempdir()) and \
         not folder["kept"]
     assert not os.path.exists(folder["dir"])
+
+
+_COMPILE_TWICE = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "0"
+sys.path.insert(0, {root!r})
+from autotune.measure import compile_check as cc
+from autotune.kernels import softmax
+signature = {{"x": "*fp32", "y": "*fp32", "n_rows": "i32", "n_cols": "i32",
+             "stride": "i32", "BLOCK_COLS": 32}}
+for _ in range(2):  # compiled, then found in the on-disk cache
+    result = cc.compile_one(softmax.softmax_kernel, signature, {{"ROWS": 1}},
+                            1, 1, 1, cc.Target("sm_90", 90))
+    assert result.ok, result.reason
+"""
+
+
+def test_a_section_counts_what_it_compiled_and_found_on_disk(tmp_path):
+    """Real sm_90 compiles in a child process started with a section's
+    environment: the compile counter (first on PYTHONPATH) logs one
+    compile and one on-disk hit, and the run's cache folder holds one new
+    binary; a section with its own folder leaves the run's untouched."""
+    run_cache = tmp_path / "run_cache"
+    run_cache.mkdir()
+    env = dict(os.environ, TRITON_CACHE_DIR=str(run_cache),
+               PYTHONPATH=os.pathsep.join([gpu_check.COMPILE_COUNTER_DIR,
+                                           ROOT]))
+    env.pop("TRITON_INTERPRET", None)
+    script = _COMPILE_TWICE.format(root=ROOT)
+    for name, folder in (("tests", "the run's"),
+                         ("kernels", "a fresh one of its own")):
+        before = gpu_check._binaries_in(str(run_cache))
+        section_env, log_dir, caches = gpu_check._section_env(
+            name, str(tmp_path / "work"), env)
+        proc = subprocess.run([sys.executable, "-c", script], env=section_env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        counted = gpu_check.section_triton_cache(
+            name, str(run_cache), before, log_dir, caches, listener=True)
+        assert counted == {"compiled": 1, "found_on_disk": 1,
+                           "folder": folder, "new_binaries": 1}, counted
+    # The run's folder got the first section's binary only.
+    assert gpu_check._binaries_in(str(run_cache)) == 1
+
+
+def test_the_compile_counter_runs_the_next_sitecustomize(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    marker = tmp_path / "ran"
+    (other / "sitecustomize.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [gpu_check.COMPILE_COUNTER_DIR, str(other)]))
+    proc = subprocess.run([sys.executable, "-c", "import sitecustomize; "
+                           "print(sitecustomize.__file__)"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().startswith(gpu_check.COMPILE_COUNTER_DIR)
+    assert marker.exists()
+
+
+def test_every_timing_call_of_the_check_records_its_ask_and_its_cost():
+    ledger = gpu_check.Ledger()
+    time_ms = gpu_check._timer(dry_run=True, ledger=ledger)
+    time_ms(lambda: time.sleep(0.01))
+    summary = ledger.summary()
+    assert summary["calls"] == 1
+    assert summary["wall_ms"] >= 30 and summary["asked_ms"] >= 30
