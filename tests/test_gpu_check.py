@@ -37,10 +37,12 @@ def test_dry_run_report_has_every_section_and_figure(tmp_path):
         for figure in gpu_check.FIGURES[name]:
             assert figure in section["results"], (name, figure)
         assert f"## {name}" in markdown
-        # What it compiled and found on disk (the interpreter compiles
-        # nothing: zeros, counted).
+        # What it compiled and found on disk: the interpreter compiles
+        # nothing (zeros, counted); the preflight's runner doctor compiles
+        # its tiny kernel for the GPU, in a folder of its own.
         assert section["triton_cache"] == {
-            "compiled": 0, "found_on_disk": 0, "new_binaries": 0,
+            "compiled": 1 if name == "preflight" else 0, "found_on_disk": 0,
+            "new_binaries": 0,
             "folder": "a fresh one of its own" if name == "kernels"
             else "the run's"}, (name, section["triton_cache"])
     assert "| compiled | found on disk | new binaries |" in markdown
@@ -231,7 +233,10 @@ def test_tests_on_a_gpu_exclude_cpu_only_assertions_and_do_not_stop_early():
     for test in gpu_check.GPU_DESELECT:
         assert test.split("::")[0] in gpu_check.GPU_TESTS, test
     for path in gpu_check.GPU_TESTS:
+        path, _, name = path.partition("::")
         assert os.path.exists(os.path.join(ROOT, path)), path
+        assert not name or f"def {name}(" in open(
+            os.path.join(ROOT, path)).read(), name
     assert "tests/test_dropin_api.py" in gpu_check.GPU_TESTS
     # Trimmed to fit its budget: the CPU-side compile checks and all but
     # one drop-in round trip are left to the CPU machines.
