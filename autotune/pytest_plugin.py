@@ -35,9 +35,10 @@ from autotune import codec, flags
 from autotune.cache import merge
 from autotune.cache import update as cache_update
 from autotune import log as autotune_log
-from autotune.log import printable
 from autotune.log import redact_text  # a URL's password never shows
 from autotune.measure import triton_cache
+from autotune import pytest_terminal
+from autotune.pytest_terminal import relative
 from autotune.report import summary
 from autotune.runtime import session as runtime_session
 
@@ -472,7 +473,7 @@ class AutotunePlugin:
         mode = ("update, every fusion re-measured" if s.retune else
                 "update, missing and stale fusions") if s.update else (
             "load, require complete" if s.require_complete else "load")
-        return f"autotune: {mode} {_relative(s.cache, config)}"
+        return f"autotune: {mode} {relative(s.cache, config)}"
 
     # -- selection -----------------------------------------------------------
     def pytest_deselected(self, items):
@@ -554,7 +555,7 @@ class AutotunePlugin:
             lines.append(f"{status}: {key.kernel} [{key.signature}] on "
                          f"{key.device}: {reason}")
         if sess.options.require_complete_autotune_results:
-            cache = _relative(self.settings.cache, self.config)
+            cache = relative(self.settings.cache, self.config)
             report.outcome = "failed"
             report.longrepr = (
                 f"autotune: require-complete: {len(new)} fusion(s) not in "
@@ -567,7 +568,8 @@ class AutotunePlugin:
     def pytest_runtestloop(self, session):
         handler = None
         if not self.is_worker and not self.is_controller:
-            handler = TerminalProgress.for_config(self.config)
+            handler = pytest_terminal.TerminalProgress.for_config(
+                self.config)
         logger = logging.getLogger(autotune_log.ROOT)
         if handler is not None:
             logger.addHandler(handler)
@@ -721,139 +723,8 @@ class AutotunePlugin:
             self.result["not_written_because"] = "no change"
 
     def pytest_terminal_summary(self, terminalreporter):
-        r = self.result
-        if r is None:
-            return
-        # Kernel names and configs read from cache files: escaped before
-        # they reach the terminal (log.printable).
-        import types
-        tr = types.SimpleNamespace(
-            write_sep=terminalreporter.write_sep,
-            write_line=lambda text, **markup: terminalreporter.write_line(
-                printable(text), **markup))
-        tr.write_sep("-", "autotune")
-        tr.write_line(
-            f"autotune: {r['hits']} hits, "
-            + (f"{r['remote_hits']} remote hits, " if r["remote_hits"]
-               else "")
-            + f"{r['tuned']} tuned, "
-            f"{r['misses']} missed; {r['candidate_benchmarks']} candidate "
-            f"benchmarks, {r['tuning_seconds']:.2f} s tuning, "
-            f"{r['saved_seconds']:.2f} s saved "
-            f"({r['mode'] + ('=all' if r.get('retune') else '')} "
-            f"{_relative(r['cache'], self.config)})")
-        if r.get("unmeasured_configs"):
-            tr.write_line(f"autotune: {r['unmeasured_configs']} offered "
-                          "config(s) never measured (added to a config "
-                          "list): `pytest --autotune-update` measures them")
-        if r.get("drifted_entries"):
-            tr.write_line(f"autotune: {r['drifted_entries']} hit(s) tuned "
-                          "under another Triton, torch or CUDA version: "
-                          "`pytest --autotune-update=all` refreshes them "
-                          "(docs/trusting-caches.md)")
-        # In load mode each line says how to fix it; an update fixes them.
-        fix = "" if r["mode"] == "update" else \
-            "; fix: `pytest --autotune-update`, then commit the cache"
-        for miss in r["missing"] + r["stale"]:
-            tr.write_line(f"  {miss['status']}: {miss['kernel']} "
-                          f"[{miss['signature']}] on {miss['device']}: "
-                          f"{miss['reason']}{fix}")
-        if r["bypassing"]:
-            tr.write_line(
-                f"autotune: {len(r['bypassing'])} kernel(s) decorated with "
-                f"Triton's own triton.autotune did not use the cache: "
-                f"{', '.join(r['bypassing'])}; `autotune.install()` in "
-                "conftest.py, `autotune_dropin = true` in the ini file or "
-                "AUTOTUNE_FLAGS=--autotune_dropin routes them through it",
-                yellow=True)
-        for error in r.get("errors", []):
-            tr.write_line(f"autotune: error: {error}", red=True)
-        # A fusion whose stored candidates do not decode: named, and left
-        # out of the report; the tests ran with its config all the same.
-        for fusion in r.get("fusions", []):
-            if fusion.get("error"):
-                tr.write_line(f"autotune: bad entry: {fusion['error']} "
-                              "(its candidates are left out of the "
-                              "report)", red=True)
-        for c in r.get("conflicts", []):
-            tr.write_line(
-                f"autotune: conflict: {c['kernel']} [{c['signature']}] on "
-                f"{c['device']}: {c['first']['source']} has "
-                f"{c['first']['best']} ({c['first']['run_time_us']:.3f} us), "
-                f"{c['second']['source']} has {c['second']['best']} "
-                f"({c['second']['run_time_us']:.3f} us); kept {c['kept']}")
-        if r["mode"] != "update":
-            return
-        cache = _relative(r["cache"], self.config)
-        if "prune_refused" in r:
-            tr.write_line(f"autotune: --autotune-prune-unused ignored, "
-                          f"{r['prune_refused']}")
-        unused = r.get("unused") or []
-        if unused:
-            named = "; ".join(f"{u['kernel']} [{u['signature']}]"
-                              for u in unused[:5])
-            more = f"; and {len(unused) - 5} more" if len(unused) > 5 else ""
-            tr.write_line(f"autotune: {len(unused)} entr"
-                          f"{'y' if len(unused) == 1 else 'ies'} no test of "
-                          f"this run used kept in {cache}: {named}{more}; "
-                          "`pytest --autotune-update --autotune-prune-unused` "
-                          "on a full run drops them")
-        changes = self.changes
-        if changes is not None:
-            tr.write_line(f"autotune: {cache}: {r['entries']} entries; "
-                          f"{changes.headline()}")
-            for line in changes.lines(limit=20):
-                tr.write_line("  " + line)
-        if not r.get("written"):
-            why = r.get("not_written_because", "")
-            tr.write_line(f"autotune: {cache} left untouched ({why})",
-                          **({} if why == "no change" else {"red": True}))
-
-
-class TerminalProgress(logging.Handler):
-    """The `autotune` logger's lines (a fusion's tuning starting and
-    ending, each candidate with --autotune_verbosity=verbose, a wait for
-    the device; when the output is no terminal, the waits alone) on
-    pytest's output while pytest captures a test's output:
-    written through the terminal reporter with capture suspended, as
-    pytest's live logging does. When nothing is captured (-s) the logger's
-    own handler reaches the terminal, and this one stays silent."""
-
-    # A wait for the device (measure/device_lock.py): shown in a CI log
-    # too, where a job waiting minutes for another's tuning would else
-    # print nothing.
-    WAIT_LINES = ("autotune: waiting for ", "autotune: still waiting for ")
-
-    def __init__(self, reporter, capture, waits_only=False):
-        super().__init__(logging.INFO)
-        self.reporter = reporter
-        self.capture = capture
-        self.waits_only = waits_only
-
-    @classmethod
-    def for_config(cls, config):
-        """A handler unless pytest was asked to be quiet (-q): every line
-        on a terminal, only the waits for the device elsewhere; else
-        None."""
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        capture = config.pluginmanager.get_plugin("capturemanager")
-        if reporter is None or capture is None or \
-                config.get_verbosity() < 0:
-            return None
-        return cls(reporter, capture,
-                   waits_only=not getattr(reporter, "isatty", False))
-
-    def emit(self, record):
-        if not self.capture.is_capturing():
-            return
-        try:
-            text = redact_text(record.getMessage())
-            if self.waits_only and not text.startswith(self.WAIT_LINES):
-                return
-            with self.capture.global_and_fixture_disabled():
-                self.reporter.write_line(text)
-        except Exception:  # noqa: BLE001 -- logging's own convention
-            self.handleError(record)
+        pytest_terminal.write_summary(terminalreporter, self.result,
+                                      self.changes, self.config)
 
 
 def bypassing_kernels(root):
@@ -892,13 +763,6 @@ def _narrowing(config):
     if getattr(opt, "lf", False) or getattr(opt, "stepwise", False):
         out.append("--lf / --sw")
     return out
-
-
-def _relative(path, config):
-    try:
-        return os.path.relpath(path, str(config.invocation_params.dir))
-    except ValueError:
-        return path
 
 
 def _install(sess):

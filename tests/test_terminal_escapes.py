@@ -117,17 +117,16 @@ def test_the_updating_progress_line_escapes_too(capsys):
 
 
 def test_the_pytest_summary_prints_cache_values_escaped():
-    from autotune.pytest_plugin import AutotunePlugin
+    from autotune import pytest_terminal
     lines = []
     reporter = types.SimpleNamespace(
         write_sep=lambda *a, **k: None,
         write_line=lambda text, **markup: lines.append(text))
-    plugin = AutotunePlugin.__new__(AutotunePlugin)
-    plugin.config = types.SimpleNamespace(
+    config = types.SimpleNamespace(
         invocation_params=types.SimpleNamespace(dir="/"))
     side = {"source": "a.textproto", "best": "ACT=relu" + NASTY,
             "run_time_us": 1.0}
-    plugin.result = {
+    result = {
         "hits": 0, "remote_hits": 0, "tuned": 0, "misses": 1,
         "candidate_benchmarks": 0, "tuning_seconds": 0.0,
         "saved_seconds": 0.0, "mode": "load", "cache": "/c.textproto",
@@ -138,7 +137,7 @@ def test_the_pytest_summary_prints_cache_values_escaped():
         "conflicts": [{"kernel": "kern" + NASTY, "signature": "n=40",
                        "device": "cpu", "first": side, "second": side,
                        "kept": "first"}]}
-    plugin.pytest_terminal_summary(reporter)
+    pytest_terminal.write_summary(reporter, result, None, config)
     text = "\n".join(lines)
     _assert_clean(text)
     assert "conflict: kern" + ESCAPED in text and \
