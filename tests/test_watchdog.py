@@ -149,3 +149,42 @@ def test_a_candidate_within_its_limit_is_not_named(caplog):
         time.sleep(0.1)
     assert candidate.ok
     assert not [r for r in caplog.records if "time limit" in r.getMessage()]
+
+
+def quick_objective_on_a_locked_device(device):
+    def objective(config):
+        return ev.Measurement(config, 1.0)
+    return parallel.holding_device(objective, f"gpu-{device}")
+
+
+def test_the_wait_for_the_device_is_not_the_candidates_time(tmp_path,
+                                                            monkeypatch):
+    """A worker waits for its device's lock (another process holds it)
+    past the limit: the watchdog's clock stops while it waits, so its
+    candidates are measured once the device is free, none TIMEOUT."""
+    import subprocess
+    import sys
+
+    from autotune.measure import device_lock
+    monkeypatch.setenv(device_lock.LOCK_DIR_ENV, str(tmp_path))
+    holder = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "workers",
+                                      "hold_lock.py"), str(tmp_path),
+         "gpu-7"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "HELD"
+        import threading
+        freeing = threading.Timer(3 * LIMIT_S, holder.kill)
+        freeing.start()
+        with ParallelEvaluator(quick_objective_on_a_locked_device,
+                               devices=["7"], start_method="fork",
+                               time_limit_s=LIMIT_S) as evaluator:
+            results = evaluator.evaluate([Config({"x": i})
+                                          for i in range(3)])
+            assert evaluator.timed_out == 0
+        freeing.join()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+    assert all(r.ok for r in results), [r.detail for r in results]

@@ -39,8 +39,10 @@ log = logs.get("tuning")
 
 _STOP = None
 # What a worker sends, as (task id, _STARTED), when it begins measuring a
-# task: the watchdog's clock for that task starts there.
+# task: the watchdog's clock for that task starts there; (task id,
+# _WAITING) while it waits for its device, which stops the clock.
 _STARTED = "started"
+_WAITING = "waiting"
 # In a worker process: its pipe and the task it is measuring, so that
 # restart_candidate_clock() can say the measuring began later.
 _WORKER = {}
@@ -122,13 +124,23 @@ def _worker_main(factory, device, conn, parent_pid=None, forked=False):
             os._exit(3)
 
 
-def restart_candidate_clock():
-    """In a worker: the candidate being measured starts now as far as the
-    watchdog is concerned (called after waiting for the device, which is
-    not the candidate's time). Elsewhere: nothing."""
+def _tell_pool(what):
     conn = _WORKER.get("conn")
     if conn is not None:
-        conn.send((_WORKER["task"], _STARTED))
+        conn.send((_WORKER["task"], what))
+
+
+def pause_candidate_clock():
+    """In a worker: the watchdog's clock stops for the candidate being
+    measured (the worker waits for its device, which is not the
+    candidate's time). Elsewhere: nothing."""
+    _tell_pool(_WAITING)
+
+
+def restart_candidate_clock():
+    """In a worker: the candidate being measured starts now as far as the
+    watchdog is concerned. Elsewhere: nothing."""
+    _tell_pool(_STARTED)
 
 
 _ENV_LOCK = threading.Lock()
@@ -275,8 +287,11 @@ class ParallelEvaluator:
         try:
             while w["conn"].poll():
                 task_id, payload = w["conn"].recv()
-                if isinstance(payload, str) and payload == _STARTED:
-                    w["started"] = (task_id, time.monotonic())
+                if isinstance(payload, str):
+                    # The watchdog's clock: started, or stopped while the
+                    # worker waits for its device.
+                    w["started"] = (task_id, time.monotonic()) \
+                        if payload == _STARTED else None
                     continue
                 w["busy"] = [b for b in w["busy"] if b[0] != task_id]
                 if task_id not in done:
@@ -430,8 +445,9 @@ def holding_device(objective, identity, parent_identity=None):
 
     def measure_holding(task):
         if turn.start is None:
-            turn.take()
             # The wait for the device is not the candidate's time.
+            pause_candidate_clock()
+            turn.take()
             restart_candidate_clock()
         return objective(task)
     return measure_holding
