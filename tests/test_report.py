@@ -760,3 +760,13 @@ def test_page_shows_each_devices_coverage_as_show_coverage_does():
     assert [(r["device"], f"{r['entries']}/{r['fusions']}", r["missing"])
             for r in shown] == [(h100, "1/2", ["k [n=2]"]),
                                 (DEVICE, "2/2", [])]
+
+
+def test_natural_order_of_mixed_text_and_numbers():
+    # Numbers by value, a digit run before text at the same place, a
+    # shorter text first; keys never compare a number with a text.
+    names = ["n=100", "n=50", "n=5a", "n=5", "a", "1", "", "ab", "a1",
+             "x:float32,n=8", "x:float16,n=16", "1x", "10"]
+    assert sorted(names, key=summary.natural_key) == [
+        "", "1", "1x", "10", "a", "a1", "ab", "n=5", "n=5a", "n=50",
+        "n=100", "x:float16,n=16", "x:float32,n=8"]

@@ -138,9 +138,26 @@ _NUMBER = re.compile(r"(\d+)")
 
 
 def natural_key(text):
-    """Sorts numbers inside text by value: n_cols=50 before n_cols=100."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
-                 for part in _NUMBER.split(str(text)) if part)
+    """Sorts numbers inside text by value: n_cols=50 before n_cols=100.
+    The text split at its digit runs, each run a number: text, number,
+    text, ... (a text part may be empty), so that two keys never compare
+    a number with a text."""
+    parts = _NUMBER.split(str(text))
+    parts[1::2] = map(int, parts[1::2])
+    return tuple(parts)
+
+
+class _Memo(dict):
+    """function(x), computed once per x: for values that repeat across a
+    cache's entries (devices, kernels, fingerprints)."""
+
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def __missing__(self, x):
+        value = self[x] = self.function(x)
+        return value
 
 
 def _device_versions(old, new):
@@ -253,21 +270,28 @@ def pair_fusions(old, new):
     one fusion, one old and one new entry are one kernel edited (a new
     fingerprint or key version), and any other is added or removed on its
     own. Returns ({id: old entry}, {id: new entry})."""
-    groups = {}
-    for side, entries in ((0, old), (1, new)):
-        for e in entries:
-            groups.setdefault(e.key.fusion, ({}, {}))[side][e.key] = e
+    olds = {e.key: e for e in old}
+    news = {e.key: e for e in new}
+    hardware = _Memo(hardware_of)
+
+    def fusion_of(k):  # CacheKey.fusion, each device's hardware found once
+        return hardware[k.device], k.kernel, k.signature
     old_ids, new_ids = {}, {}
-    for fusion, (olds, news) in groups.items():
-        for k in olds.keys() & news.keys():
-            old_ids[fusion + (_kernel_tag(k),)] = olds[k]
-            new_ids[fusion + (_kernel_tag(k),)] = news[k]
-        left_old = [e for k, e in olds.items() if k not in news]
-        left_new = [e for k, e in news.items() if k not in olds]
+    # A key on both sides is its own fusion id; only the rest is paired.
+    for k in olds.keys() & news.keys():
+        fid = fusion_of(k) + (_kernel_tag(k),)
+        old_ids[fid], new_ids[fid] = olds[k], news[k]
+    groups = {}
+    for side, entries, other in ((0, olds, news), (1, news, olds)):
+        for k, e in entries.items():
+            if k not in other:
+                groups.setdefault(fusion_of(k), ([], []))[side].append(e)
+    for fusion, (left_old, left_new) in groups.items():
         # The same kernel re-measured under another Triton (the device
         # key's version): its fingerprint is its id.
-        tags = collections.Counter(_kernel_tag(e.key) for e in left_new)
-        for e in list(left_old):
+        tags = collections.Counter(_kernel_tag(e.key) for e in left_new) \
+            if len(left_old) > 1 and left_new else {}
+        for e in list(left_old) if tags else ():
             tag = _kernel_tag(e.key)
             twin = [n for n in left_new if _kernel_tag(n.key) == tag]
             if len(left_old) > 1 and tags[tag] == 1 and len(twin) == 1:
@@ -299,7 +323,12 @@ class CacheChanges:
         self.old, self.new = pair_fusions(old, new)
         self.not_offered = set(not_offered)
         both = self.old.keys() & self.new.keys()
-        order = fusion_sort_key
+        # fusion_sort_key, each part's key made once: devices, kernels and
+        # fingerprints repeat across fusions.
+        parts = _Memo(natural_key)
+
+        def order(fusion):
+            return tuple(map(parts.__getitem__, fusion))
         self.added = sorted(self.new.keys() - self.old.keys(), key=order)
         self.removed = sorted(self.old.keys() - self.new.keys(), key=order)
         self.changed = sorted((f for f in both
