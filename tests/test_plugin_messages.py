@@ -6,6 +6,7 @@ is not a terminal) too."""
 import os
 import socket
 import threading
+import time
 import textwrap
 
 from autotune import codec
@@ -74,6 +75,20 @@ def test_an_update_after_a_shape_left_the_tests_names_what_it_kept(
     assert "no test of this run used" not in result.output
 
 
+def _until_another_process_waits_for_a_lock(done, limit_s=60.0):
+    """Returns once a process other than this one waits in a blocking
+    flock (a "->" line of /proc/locks), `done` is set, or limit_s passed."""
+    deadline = time.monotonic() + limit_s
+    while not done.is_set() and time.monotonic() < deadline:
+        with open("/proc/locks") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "->" and \
+                        fields[5] != str(os.getpid()):
+                    return
+        time.sleep(0.05)
+
+
 def test_a_wait_for_the_device_shows_in_a_ci_log(pytester, tuned):
     """The output is a pipe (no terminal): the tuning lines stay captured,
     the wait for the device does not."""
@@ -82,12 +97,18 @@ def test_a_wait_for_the_device_shows_in_a_ci_log(pytester, tuned):
         identity="host-" + socket.gethostname(),
         directory=os.environ[device_lock.LOCK_DIR_ENV])
     turn.take()
-    release = threading.Timer(3.0, turn.release)
+    done = threading.Event()
+    # Released once the run blocks on the lock (however long its start-up
+    # takes on a loaded machine), at the latest after a minute.
+    release = threading.Thread(
+        target=lambda: (_until_another_process_waits_for_a_lock(done),
+                        turn.release()))
     release.start()
     try:
         result = run_pytest(pytester, *PLUGIN, "--autotune-update")
     finally:
-        release.cancel()
+        done.set()
+        release.join()
         turn.release()
     assert result.returncode == 0, result.output
     waits = [l for l in result.output.splitlines()
