@@ -434,6 +434,16 @@ def test_the_clients_triton_variables_that_differ(tmp_path):
     assert line.status == "ok", line
 
 
+def test_a_triton_variable_the_test_alone_has_is_named_for_removal(
+        tmp_path):
+    m = machine(tmp_path, environ=dict(BAZEL_ENV, TRITON_DEBUG="1"),
+                client_env={})
+    line = run(doctor.check_triton_env, m)
+    assert line.status == "warn", line
+    assert "add " not in line.fix, line
+    assert line.fix.startswith("TRITON_DEBUG set for the test only"), line
+
+
 def test_outside_bazel_the_shells_triton_variables_are_named(tmp_path):
     line = run(doctor.check_triton_env, machine(tmp_path))
     assert line.status == "ok", line

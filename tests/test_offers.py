@@ -102,6 +102,12 @@ def test_an_update_measures_only_the_added_configs_and_the_incumbent(
     tk.run(tk.make_tuner([A, B, C]), 40)
     # Two benchmarks (the incumbent and C), not the whole list of three.
     assert sess.stats.candidate_benchmarks == 2
+    # The report explains it as the selection decided it: with the hit's
+    # winner as the incumbent.
+    [record] = sess.report()["fusions"]
+    assert record["incumbent_config"] == entry.best.short()
+    assert (record["incumbent"], record["reason"]) in (
+        ("kept", "incumbent_kept"), ("replaced", "incumbent_beaten"))
     sess.finish()
     [after] = codec.load_results(str(dump), parse_all=True)
     assert {c.config for c in after.candidates} == {A, B, C}

@@ -503,8 +503,10 @@ def check_lock_dir(machine, state):
     how = (f"{lock_files.LOCK_DIR_ENV}={folder}" if given
            else f"the default {folder} ({lock_files.LOCK_DIR_ENV} unset)")
     if problem:
-        return Line(WARN, "lock_dir", f"{how}: {problem}; a test that tunes "
-                    "(a miss, a dump target) stops there", fix)
+        # A warning, not a FAIL: a load target whose fusions all hit never
+        # takes a lock; a tuning one (a miss, a dump target) stops here.
+        return Line(WARN, "lock_dir", f"{how}: {problem}; a test that "
+                    "tunes (a miss, a dump target) stops there", fix)
     note = "" if given else (": per user; a sandbox with a private /tmp "
                              "(Bazel 7+) gives each test its own")
     return Line(OK, "lock_dir", f"{how} is writable{note}")
@@ -541,10 +543,24 @@ def check_triton_env(machine, state):
                 "numerics, other cache keys): " + ", ".join(
                     f"{k} client {client.get(k, 'unset')} test "
                     f"{here.get(k, 'unset')}" for k in differ),
-                "add " + " ".join(f"--test_env={k}" for k in differ
-                                  if k in client)
-                + " to the runner's .bazelrc (the client's value), or "
-                "unset them in the client")
+                _triton_env_fix([k for k in differ if k in client],
+                                 [k for k in differ if k not in client]))
+
+
+def _triton_env_fix(from_client, test_only):
+    """The fix for TRITON_* that differ: the client's passed on, the
+    test's own (set by the runner's .bazelrc) removed."""
+    fixes = []
+    if from_client:
+        fixes.append("add " + " ".join(f"--test_env={k}" for k in
+                                        from_client)
+                     + " to the runner's .bazelrc (the client's value), or "
+                     "unset them in the client")
+    if test_only:
+        fixes.append(", ".join(test_only) + " set for the test only (a "
+                     "--test_env or --action_env of the runner's .bazelrc): "
+                     "remove it, or set it in the client too")
+    return "; ".join(fixes)
 
 
 def check_kernel(machine, state):

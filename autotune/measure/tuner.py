@@ -17,8 +17,6 @@ from autotune.errors import DeviceContextLostError, TritonCacheError, TuningErro
 from autotune.records import DEFAULT_RULE, Candidate, Provenance
 
 
-
-
 def no_config_ran(candidates):
     """The error for a fusion none of whose candidates ran correctly: the
     failure kinds and the first one's detail (often the whole story, as a
@@ -27,8 +25,6 @@ def no_config_ran(candidates):
     first = candidates[0].failure_detail if candidates else ""
     return TuningError(f"no config ran correctly ({len(candidates)} tried; "
                        f"failures: {kinds}); first: {first}")
-
-
 
 
 # Set once a candidate has corrupted the context: every later tuning in the
@@ -395,39 +391,6 @@ def _detail(exc):
     return first[:200]
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def run_candidates(evaluator, configs, tuner_name="exhaustive",
                    incumbent=None, rule=DEFAULT_RULE, progress=None,
                    contest_rule=DEFAULT_CONTEST):
@@ -475,8 +438,6 @@ def run_candidates(evaluator, configs, tuner_name="exhaustive",
                         selection.reason)
     result.duels = selection.duels
     return result
-
-
 
 
 def provenance_for(backend, result):

@@ -412,6 +412,10 @@ class Session:
         self.stats.fusions[key] = {
             "status": "tuned", "source": None,
             "miss_reason": f"{len(unmeasured)} offered config(s) added",
+            # The hit's winner was the incumbent of this measurement: the
+            # reports explain the result as the selection did.
+            "incumbent": "kept" if tuned.best == entry.best else "replaced",
+            "incumbent_config": entry.best.short(),
             **self.tuning_notes.pop(key, {})}
         return self._keep(tuned, entry)
 

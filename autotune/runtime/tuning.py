@@ -105,6 +105,9 @@ class Tuning:
         self.launch = launch
         self.options = options
         self.result = None
+        # (seeds, benchmarks they spared) of a seeded miss, counted once
+        # its tuning succeeded.
+        self._seeds_saved = None
 
     def _warn_once(self, what, text):
         # The kernel's name, its configs and failure details, escaped for a
@@ -171,8 +174,9 @@ class Tuning:
             if opts.space is None or opts.search == "exhaustive":
                 todo = self.candidates(configs, seeds, incumbent)
                 if seeds:
-                    self._count_seeds(seeds, len(set(self.candidates(
-                        configs, [], incumbent))) - len(set(todo)))
+                    self._seeds_saved = (len(seeds), len(set(
+                        self.candidates(configs, [], incumbent)))
+                        - len(set(todo)))
                 if not compiled_ahead:
                     self.compile_ahead(todo)
                 progress = self._progress(len(set(todo)))
@@ -191,6 +195,12 @@ class Tuning:
             if pool is not None:
                 pool.close()
         progress.finish(result)
+        if self._seeds_saved is not None:
+            # What the seeds spared, once the tuning succeeded: a seeded
+            # list measures half the rest after them, a seeded search
+            # half the budget.
+            seeds, saved = self._seeds_saved
+            sess.count_seeds(self.key, seeds, max(0, saved))
         self._report(evaluator, result)
         self.result = result
         return self._entry_of(result)
@@ -311,7 +321,7 @@ class Tuning:
         budget = opts.budget
         if seeds and budget:
             budget = max(len(seeds) + 1, budget // 2)
-            self._count_seeds(seeds, opts.budget - budget)
+            self._seeds_saved = (len(seeds), opts.budget - budget)
         first = list(seeds)
         for config in (incumbent, opts.default):
             if config is not None and config not in first:
@@ -328,10 +338,6 @@ class Tuning:
             progress=progress, clock=clock)
         return selection.reselect(evaluator, result, incumbent), progress
 
-    def _count_seeds(self, seeds, saved):
-        """What the seeds spared: a seeded list measures half the rest
-        after them, a seeded search half the budget."""
-        self.session.count_seeds(self.key, len(seeds), max(0, saved))
 
     # -- what it says and records ---------------------------------------
     def _progress(self, candidates, budget=None):
