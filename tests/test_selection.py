@@ -92,8 +92,36 @@ def test_each_kind_says_what_decided_with_the_margin_it_applied():
                            "but was not shown 8% faster head to head")
     beaten = select({SMALL: 10.0, LARGE: 20.0}, LARGE).reason
     assert beaten.text() == ("replaced the incumbent BLOCK=64 num_warps=4 "
-                             "num_stages=3: shown more than 8% faster head "
+                             "num_stages=3: shown more than 8% slower head "
                              "to head")
+
+
+def test_an_incumbent_beaten_says_how_and_what_the_contest_chose_then():
+    # The incumbent fails when timed again: replaced without being shown
+    # slower.
+    times = {SMALL: 10.0, LARGE: 12.0}
+    retime = steady(times)
+
+    def failing(config, share=1.0):
+        if config == LARGE:
+            raise RuntimeError("launch failed")
+        return retime(config, share)
+    candidates = [Candidate(c, t) for c, t in times.items()]
+    chosen = selection.select_winner(
+        candidates, {c: retime(c) for c in times}, failing, LARGE)
+    assert chosen.reason.kind == selection.INCUMBENT_BEATEN
+    assert chosen.reason.text() == ("replaced the incumbent BLOCK=64 "
+                                    "num_warps=4 num_stages=3: it failed "
+                                    "when timed again")
+    # The fastest beats the incumbent; among the rest a smaller config
+    # ties with it, and the contest keeps that one.
+    chosen = select({SMALL: 10.05, LARGEST: 10.0, LARGE: 20.0},
+                    incumbent=LARGE)
+    assert chosen.best.config == SMALL
+    assert chosen.reason.text().startswith(
+        "replaced the incumbent BLOCK=64 num_warps=4 num_stages=3: shown "
+        "more than 8% slower head to head; then tie-break to the smaller "
+        "config: BLOCK=128")
 
 
 def test_an_incumbent_that_failed_lost_no_duel():
@@ -105,13 +133,46 @@ def test_an_incumbent_that_failed_lost_no_duel():
     assert record_of(chosen, LARGE)["reason"] == selection.FASTEST
 
 
+def test_a_runs_report_gives_the_words_of_its_progress_line(
+        session_factory, capfd):
+    import tiny_kernels as tk
+    sess = session_factory(autotune_verbosity="normal")
+    tk.run(tk.make_tuner(), 20)
+    end = [line for line in capfd.readouterr().err.splitlines()
+           if line.startswith("autotune: tuned ")][-1]
+    [record] = sess.report()["fusions"]
+    assert f"; why: {record['reason_text']}; " in end, (end, record)
+
+
+def test_the_selections_own_reason_wins_over_one_derived_from_the_file():
+    """An incumbent kept although a larger config measured 3 % faster
+    reads, from the candidates alone, like a contest's tie: the record of
+    the run that tuned it says what the selection decided."""
+    chosen = select({SMALL: 10.3, LARGE: 10.0}, SMALL)
+    assert chosen.reason.kind == selection.INCUMBENT_KEPT
+    entry = stored(chosen)
+    assert summary.fusion_record(entry.key, entry, status="tuned")[
+        "reason"] == selection.TIE
+    record = summary.fusion_record(
+        entry.key, entry, status="tuned", reason=chosen.reason.kind,
+        reason_text=chosen.reason.text())
+    assert (record["reason"], record["reason_text"]) == (
+        selection.INCUMBENT_KEPT, chosen.reason.text())
+
+
 def test_an_entry_read_from_a_file_is_explained_from_its_candidates():
     # No run knows its incumbent: a larger config that measured slower
     # wins only as the incumbent.
     kept = stored(select({SMALL: 10.0, LARGE: 10.3}, LARGE))
     assert summary.winner_reason(kept)[0] == selection.INCUMBENT_KEPT
-    assert summary.winner_reason(stored(select(
-        {SMALL: 10.05, LARGE: 10.0})))[0] == selection.TIE
+    kind, text = summary.winner_reason(stored(select(
+        {SMALL: 10.05, LARGE: 10.0})))
+    # Whether that run had an incumbent is not in the file: the words
+    # allow both rules.
+    assert kind == selection.TIE
+    assert text.startswith("kept ahead of BLOCK=64 num_warps=4 "
+                           "num_stages=3, which measured 0.5% faster")
+    assert "or an incumbent within its 8% head-to-head margin" in text
     nearest = Entry(CacheKey("cpu/test", "k", "f" * 16, "n=2"), SMALL, 10.0,
                     [], Provenance("3.9.0", "", "", "", 0.0, "nearest", 0.0))
     assert summary.winner_reason(nearest) == (

@@ -61,7 +61,7 @@ def test_show_prints_names_and_configs_from_a_cache_escaped(tmp_path, capsys,
         assert "relu" + ESCAPED in out or "n=40" + ESCAPED in out, out
     if flags == ["--candidates"]:
         assert "boom" + ESCAPED[:20] in out, out  # the detail is cut at 60
-        assert "incumbent kept" in out or "tie-break" in out, out
+        assert "incumbent kept" in out or "kept ahead of" in out, out
 
 
 def test_show_json_stays_raw_json(tmp_path, capsys):

@@ -54,6 +54,13 @@ class Reason(NamedTuple):
     detail: str = ""
     rival_larger: bool = False
     tie_sigmas: Optional[float] = None
+    # An entry read from a file: whether its run had an incumbent is not
+    # known, so a slower winner kept ahead of a faster rival is told as
+    # what either rule allows.
+    known: bool = True
+    # After a beaten incumbent: the contest's reason among the rest, when
+    # it chose another config than the one that beat the incumbent.
+    then: object = None
 
     def text(self):
         """One line; config values are escaped (log.printable): it is
@@ -76,6 +83,14 @@ class Reason(NamedTuple):
                     f"{self.margin:.0%} equivalence, and "
                     + ("a larger config" if self.rival_larger else
                        "shown slower beyond the timings' noise"))
+        if self.kind == TIE and not self.known:
+            return (f"kept ahead of {rival}, which measured "
+                    f"{-self.gap:.1%} faster but was not shown faster "
+                    "beyond the timings' noise (a tie the contest breaks "
+                    f"to the smaller config, within {self.margin:.0%} or "
+                    f"{self.tie_sigmas} standard errors, or an incumbent "
+                    f"within its {DEFAULT_RULE.incumbent_improvement:.0%} "
+                    "head-to-head margin)")
         if self.kind == TIE:
             return (f"tie-break to the smaller config: {rival} measured "
                     f"{-self.gap:.1%} faster, which the timings could not "
@@ -91,8 +106,11 @@ class Reason(NamedTuple):
         if self.kind == INCUMBENT_BEATEN:
             what = f"the incumbent {rival}" if rival is not None else \
                 "the incumbent"
-            return (f"replaced {what}: shown more than {self.margin:.0%} "
-                    "faster head to head")
+            how = (f"replaced {what}: {self.detail}" if self.detail else
+                   f"replaced {what}: shown more than {self.margin:.0%} "
+                   "slower head to head")
+            return how + (f"; then {self.then.text()}" if self.then
+                          else "")
         raise ValueError(f"unknown reason kind {self.kind!r}")
 
 
@@ -128,13 +146,14 @@ def explain(candidates, winner, incumbent=UNKNOWN, incumbent_config=None,
                       rule.incumbent_improvement)
     if incumbent == REPLACED:
         return Reason(INCUMBENT_BEATEN, incumbent_config, None,
-                      rule.incumbent_improvement)
+                      rule.incumbent_improvement, rival_larger=False)
     equivalent = contest_rule.equivalent
     if gap >= 0:
         reason = Reason(FASTEST, rival.config, gap, equivalent)
     elif winner.sort_key < rival.config.sort_key:
         reason = Reason(TIE, rival.config, gap, equivalent,
-                        tie_sigmas=contest_rule.tie_sigmas)
+                        tie_sigmas=contest_rule.tie_sigmas,
+                        known=incumbent != UNKNOWN)
     elif incumbent == UNKNOWN:
         # A larger config that measured slower wins only as the incumbent
         # when the stored times are the ones the selection saw.
@@ -566,9 +585,21 @@ def select_winner(candidates, timings, retime, incumbent=None,
                                                    3))
         out.append(cand)
     best = next(c for c in out if c.config == winner and c.ok)
-    return Selection(best, out, duels,
-                     explain(out, winner, state, incumbent, rule=rule,
-                             contest_rule=contest_rule))
+    reason = explain(out, winner, state, incumbent, rule=rule,
+                     contest_rule=contest_rule)
+    if state == REPLACED:
+        [held] = duels
+        # The duel's own outcome: an incumbent that failed when timed again
+        # lost without being shown slower; and the contest among the rest
+        # may have chosen another config than the one that beat it.
+        rest = [c for c in out if c.config != incumbent]
+        reason = reason._replace(
+            detail="it failed when timed again"
+            if math.isnan(held.mean_ratio) else "",
+            then=explain(rest, winner, NONE, rule=rule,
+                         contest_rule=contest_rule)
+            if winner != held.challenger else None)
+    return Selection(best, out, duels, reason)
 
 
 def reselect(evaluator, result, incumbent=None, rule=DEFAULT_RULE):

@@ -70,7 +70,9 @@ def fusion_record(key, entry=None, **extra):
         # Candidates and provenance are decoded here, on first use: a
         # malformed one is reported on the record, for the run's summary to
         # name, instead of failing a run whose kernels all worked.
-        kind, text = winner_reason(entry, *_incumbent_of(entry, extra))
+        kind, text = (extra["reason"], extra["reason_text"]) \
+            if "reason" in extra else \
+            winner_reason(entry, *_incumbent_of(entry, extra))
         prov = entry.provenance
         rows = candidate_rows(entry)
     except CacheFileError as e:

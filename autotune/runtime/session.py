@@ -412,8 +412,7 @@ class Session:
         self.stats.fusions[key] = {
             "status": "tuned", "source": None,
             "miss_reason": f"{len(unmeasured)} offered config(s) added",
-            # The hit's winner was the incumbent of this measurement: the
-            # reports explain the result as the selection did.
+            # The hit's winner was this measurement's incumbent.
             "incumbent": "kept" if tuned.best == entry.best else "replaced",
             "incumbent_config": entry.best.short(),
             **self.tuning_notes.pop(key, {})}
@@ -532,14 +531,18 @@ class Session:
     def count_compile_rejected(self, n):
         self.stats.compile_rejected += n
 
+    def note_tuning(self, key, **facts):
+        """What a tuning of `key` tells the report of itself (its selection's
+        reason, the seeds it started from: runtime/tuning.py)."""
+        self.tuning_notes.setdefault(key, {}).update(facts)
+
     def count_seeds(self, key, seeds, saved):
-        """A seeded miss: `seeds` configs of the nearest tuned shapes or
-        devices measured first, `saved` benchmarks fewer than the same
-        tuning without them (runtime/tuning.py)."""
+        """A seeded miss: `seeds` configs measured first, `saved`
+        benchmarks fewer than the same tuning without them."""
         self.stats.seeded += 1
         self.stats.seed_saved_benchmarks += saved
-        self.tuning_notes.setdefault(key, {})["seeds"] = {
-            "configs": seeds, "benchmarks_saved": saved}
+        self.note_tuning(key, seeds={"configs": seeds,
+                                     "benchmarks_saved": saved})
 
     # -- exit ------------------------------------------------------------
     def note_compile_request(self, key, request):

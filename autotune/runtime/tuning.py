@@ -195,6 +195,12 @@ class Tuning:
             if pool is not None:
                 pool.close()
         progress.finish(result)
+        # The report says why the winner won in the selection's own words
+        # (a stored entry's candidates alone cannot tell an incumbent's
+        # margin from the contest's tie).
+        reason = selection.reason_of(result)
+        sess.note_tuning(self.key, reason=reason.kind,
+                         reason_text=reason.text())
         if self._seeds_saved is not None:
             # What the seeds spared, once the tuning succeeded: a seeded
             # list measures half the rest after them, a seeded search
