@@ -188,3 +188,38 @@ def test_the_wait_for_the_device_is_not_the_candidates_time(tmp_path,
             holder.kill()
         holder.wait()
     assert all(r.ok for r in results), [r.detail for r in results]
+
+
+def slow_timing_objective(device, first_run_s, rest_s):
+    """A candidate whose first run took first_run_s and whose timing then
+    takes rest_s (a slow kernel's do_bench and repetitions)."""
+    def objective(config):
+        time.sleep(first_run_s)
+        parallel.first_run_took(first_run_s)
+        time.sleep(rest_s)
+        return ev.Measurement(config, 1.0)
+    return objective
+
+
+def test_a_slow_kernels_timing_is_given_time_by_its_first_run():
+    # The first run took 0.2 s: its timing may take the limit plus 16
+    # such launches (4.2 s), so 1.5 s of it is no hang.
+    factory = functools.partial(slow_timing_objective, first_run_s=0.2,
+                                rest_s=1.5)
+    with ParallelEvaluator(factory, devices=["cpu0"], start_method="fork",
+                           time_limit_s=LIMIT_S) as evaluator:
+        [result] = evaluator.evaluate([Config({"x": 0})])
+        assert evaluator.timed_out == 0
+    assert result.failure == "NONE" and result.time == 1.0
+
+
+def test_a_hang_after_a_quick_first_run_is_stopped():
+    factory = functools.partial(slow_timing_objective, first_run_s=0.01,
+                                rest_s=600)
+    start = time.monotonic()
+    with ParallelEvaluator(factory, devices=["cpu0"], start_method="fork",
+                           time_limit_s=LIMIT_S) as evaluator:
+        [result] = evaluator.evaluate([Config({"x": 0})])
+        assert evaluator.timed_out == 1 and evaluator.lost_workers == 0
+    assert result.failure == "TIMEOUT"
+    assert time.monotonic() - start < LIMIT_S + 0.16 + MARGIN_S

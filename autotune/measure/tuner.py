@@ -186,7 +186,7 @@ class CandidateEvaluator:
                  rtol=None, atol=None, timeout_s=60.0, restore=None,
                  on_benchmark=None, name=None, compile_checker=None,
                  on_compile_rejected=None, launch_checked=None, setup=None,
-                 time_fn=None):
+                 time_fn=None, on_first_run=None):
         if _context_lost is not None:
             raise _context_lost
         self.backend = backend
@@ -195,6 +195,9 @@ class CandidateEvaluator:
         # by compiling for it, are recorded as failed, never launched.
         self.compile_checker = compile_checker
         self.on_compile_rejected = on_compile_rejected
+        # on_first_run(seconds): told how long a candidate's first run took
+        # (a worker's watchdog sizes the rest of its time from it).
+        self.on_first_run = on_first_run
         self.rejected = {}
         self._checked = set()
         self.launch = launch
@@ -335,6 +338,8 @@ class CandidateEvaluator:
             return Candidate(config, 0.0, backends.classify_failure(e),
                              _detail(e)), None
         first_run_s = time.perf_counter() - start
+        if self.on_first_run is not None:
+            self.on_first_run(first_run_s)
         if first_run_s > self.timeout_s:
             return Candidate(config, 0.0, "TIMEOUT",
                              f"first run took {first_run_s:.1f} s, limit "

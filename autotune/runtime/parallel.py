@@ -43,6 +43,13 @@ _STOP = None
 # _WAITING) while it waits for its device, which stops the clock.
 _STARTED = "started"
 _WAITING = "waiting"
+# (task id, _FIRST_RUN, seconds): the candidate's first run ended; what
+# is left of it (its timing) may take this many launches of that length
+# (do_bench's launch and five estimates, at least one warm-up and one
+# repetition, and backends.MIN_REPETITIONS more where topped up: 13,
+# rounded up), after which the watchdog stops it.
+_FIRST_RUN = "first_run"
+TIMED_LAUNCHES_AFTER_FIRST_RUN = 16
 # In a worker process: its pipe and the task it is measuring, so that
 # restart_candidate_clock() can say the measuring began later.
 _WORKER = {}
@@ -124,10 +131,16 @@ def _worker_main(factory, device, conn, parent_pid=None, forked=False):
             os._exit(3)
 
 
-def _tell_pool(what):
+def _tell_pool(what, *values):
     conn = _WORKER.get("conn")
     if conn is not None:
-        conn.send((_WORKER["task"], what))
+        conn.send((_WORKER["task"], what) + values)
+
+
+def first_run_took(seconds):
+    """In a worker: the candidate's first run took `seconds`; the
+    watchdog's limit for the rest of it starts now, sized by it."""
+    _tell_pool(_FIRST_RUN, seconds)
 
 
 def pause_candidate_clock():
@@ -211,8 +224,10 @@ class ParallelEvaluator:
         _POOL_ENDS.add(parent)
         # started: (task id, monotonic time) of the task the worker said
         # it began measuring last.
+        # limit: seconds the task may take from then (time_limit_s, or
+        # after its first run a limit sized by that run).
         return {"device": device, "proc": proc, "conn": parent, "busy": [],
-                "started": None}
+                "started": None, "limit": None}
 
     def evaluate(self, configs):
         pending = list(enumerate(configs))
@@ -240,7 +255,13 @@ class ParallelEvaluator:
                     if not self._drain(w, configs, done):
                         self._replace(i, pending, done, attempts)
             for i, w in enumerate(list(self.workers)):
-                if self._overdue(w):
+                if not self._overdue(w):
+                    continue
+                # A result that came in since the wait is read first: the
+                # candidate may have just finished.
+                if not self._drain(w, configs, done):
+                    self._replace(i, pending, done, attempts)
+                elif self._overdue(w):
                     self._stop_overdue(i, pending, done, attempts)
         return [done[i] for i in range(len(configs))]
 
@@ -250,7 +271,7 @@ class ParallelEvaluator:
         if self.time_limit_s is None or not w["busy"] or \
                 w["started"] is None or w["started"][0] != w["busy"][0][0]:
             return None
-        return w["started"][1] + self.time_limit_s
+        return w["started"][1] + (w["limit"] or self.time_limit_s)
 
     def _overdue(self, w):
         deadline = self._deadline(w)
@@ -280,18 +301,23 @@ class ParallelEvaluator:
                   f"{w['device']} killed)")
         log.warning(f"autotune: candidate {config} {detail}")
         done[task_id] = Measurement(config, None, "TIMEOUT", detail[:200])
-        self._replace(i, pending, done, attempts)
+        self._replace(i, pending, done, attempts, lost=False)
 
     def _drain(self, w, configs, done):
         """Reads every result the worker sent; False when it is dead."""
         try:
             while w["conn"].poll():
-                task_id, payload = w["conn"].recv()
+                task_id, payload, *values = w["conn"].recv()
                 if isinstance(payload, str):
-                    # The watchdog's clock: started, or stopped while the
-                    # worker waits for its device.
-                    w["started"] = (task_id, time.monotonic()) \
-                        if payload == _STARTED else None
+                    # The watchdog's clock: started, restarted after the
+                    # first run with a limit sized by it, or stopped while
+                    # the worker waits for its device.
+                    w["started"] = None if payload == _WAITING else \
+                        (task_id, time.monotonic())
+                    w["limit"] = self.time_limit_s + \
+                        TIMED_LAUNCHES_AFTER_FIRST_RUN * values[0] \
+                        if payload == _FIRST_RUN and self.time_limit_s \
+                        else None
                     continue
                 w["busy"] = [b for b in w["busy"] if b[0] != task_id]
                 if task_id not in done:
@@ -302,10 +328,12 @@ class ParallelEvaluator:
             return False
         return w["proc"].is_alive()
 
-    def _replace(self, i, pending, done, attempts):
+    def _replace(self, i, pending, done, attempts, lost=True):
+        """A fresh worker for worker i; lost: it died (a watchdog's kill is
+        counted in timed_out instead)."""
         w = self.workers[i]
         w["proc"].join(1.0)
-        self.lost_workers += 1
+        self.lost_workers += lost
         self.workers[i] = self._start(w["device"])
         for position, (task_id, config) in enumerate(w["busy"]):
             if task_id in done:
@@ -418,7 +446,8 @@ def _rebuilt_objective(spec_bytes, device):
         # As in the tuning process: every tensor is watched and restored
         # between candidates; restore_value and reset_to_zero (Triton's
         # meaning) are applied before each launch by the setup.
-        name=autotuner.name, setup=autotuner._tuning_setup(named))
+        name=autotuner.name, setup=autotuner._tuning_setup(named),
+        on_first_run=first_run_took)
     evaluator.expected = {k: _to(v, backend.device)
                           for k, v in spec["expected"].items()}
     measure = _evaluator_objective(evaluator)
@@ -463,9 +492,9 @@ def _grid_of_config(grid, named, config):
 
 # A candidate in a worker is stopped by the watchdog this many times its
 # time limit (the evaluator's timeout_s, 60 s by default, which bounds its
-# first run: compiling and one launch) after it began: the first run may
-# take up to the limit, and its timing call (a launch, five estimates, the
-# repetitions) as much again for a kernel that slow.
+# first run: compiling and one launch) after it began, unless its first run
+# ended by then: the rest of it then has that limit plus
+# TIMED_LAUNCHES_AFTER_FIRST_RUN times the first run's length.
 WORKER_LIMIT_FACTOR = 2.0
 
 
