@@ -583,9 +583,15 @@ def check_kernel(machine, state):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore",
                                     message="TRITON_DEFAULT_FP_FUSION")
-            result = compile_check.compile_one(
-                JITFunction(doctor_kernel.add_one), doctor_kernel.SIGNATURE,
-                {"BLOCK": doctor_kernel.BLOCK}, 1, 1, 1, target)
+            # In a spawned process: what this one ran (the interpreter, in
+            # a test run) cannot change the compile.
+            [done] = compile_check.run_tasks([(
+                doctor_kernel.__name__, None, "add_one_kernel",
+                doctor_kernel.SIGNATURE,
+                {"kwargs": {"BLOCK": doctor_kernel.BLOCK}, "num_warps": 1,
+                 "num_stages": 1}, (target.name, target.capability))],
+                jobs=1, apart=True)
+            result = compile_check.Result(**done)
     finally:
         if saved is None:
             os.environ.pop("TRITON_CACHE_DIR", None)

@@ -319,15 +319,26 @@ def _quiet_fp_fusion_notice():
 
 
 def _compile_task(task):
-    """Runs in a worker process: (module, kernel name, signature, config
-    dict, target) -> Result as a dict."""
+    """Runs in a worker process, or in this one for a single job: (module,
+    kernel name, signature, config dict, target) -> Result as a dict. The
+    kernel module is imported with TRITON_INTERPRET=0 (a GPU kernel, not an
+    interpreted one); the variable is put back afterwards, so that a
+    compile in this process leaves its later kernels on the interpreter."""
+    saved = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "0"
-    _quiet_fp_fusion_notice()
-    module_name, file_name, kernel_name, signature, config, target = task
-    kernel = load_kernel(module_name, kernel_name, file_name)
-    r = compile_one(kernel, signature, config["kwargs"], config["num_warps"],
-                    config["num_stages"], config.get("num_ctas", 1),
-                    Target(*target), maxnreg=config.get("maxnreg"))
+    try:
+        _quiet_fp_fusion_notice()
+        module_name, file_name, kernel_name, signature, config, target = task
+        kernel = load_kernel(module_name, kernel_name, file_name)
+        r = compile_one(kernel, signature, config["kwargs"],
+                        config["num_warps"], config["num_stages"],
+                        config.get("num_ctas", 1), Target(*target),
+                        maxnreg=config.get("maxnreg"))
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
     return dataclasses.asdict(r)
 
 
@@ -347,9 +358,14 @@ def load_kernel(module_name, kernel_name, file_name=None):
     return kernel
 
 
-def run_tasks(tasks, jobs):
+def run_tasks(tasks, jobs, apart=False):
     """Compiles tasks (see _compile_task), in `jobs` processes when > 1.
-    Results in task order."""
+    Results in task order. apart: in a spawned process even for one job,
+    a compile this process's Triton state cannot touch (Triton's
+    interpreter, once it ran kernels here, can break a later fresh
+    compile in the same process)."""
+    if apart:
+        return _run_in_pool(_compile_task, tasks, max(1, jobs))
     if jobs <= 1 or len(tasks) <= 1:
         return [_compile_task(t) for t in tasks]
     return _run_in_pool(_compile_task, tasks, jobs)
