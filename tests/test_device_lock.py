@@ -11,6 +11,8 @@ import pytest
 
 from autotune.measure import device_lock, lock_files
 
+from tests_support import process_alive
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -262,13 +264,6 @@ def _children(pid):
         return []
 
 
-def _alive(pid):
-    """Whether `pid` runs (a zombie, whose files are closed, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.slow
@@ -298,9 +293,9 @@ def test_a_killed_tuner_leaves_no_worker_holding_its_device(tmp_path, sig):
         tuner.send_signal(sig)
         tuner.wait()
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(map(_alive, workers)):
+        while time.monotonic() < deadline and any(map(process_alive, workers)):
             time.sleep(0.05)
-        assert not any(map(_alive, workers)), "orphaned workers live on"
+        assert not any(map(process_alive, workers)), "orphaned workers live on"
         assert lock.try_acquire(), "a dead tuner's workers hold its device"
         lock.release()
     finally:
@@ -308,7 +303,7 @@ def test_a_killed_tuner_leaves_no_worker_holding_its_device(tmp_path, sig):
             tuner.kill()
             tuner.wait()
         for pid in workers:
-            if _alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -324,19 +319,19 @@ def test_spawned_workers_exit_when_their_pool_process_dies():
         workers = [int(p) for p in pool.stdout.readline().split()]
         assert len(workers) == 2, pool.stderr.read()
         time.sleep(1.0)  # started and measuring (a minute per candidate)
-        assert all(map(_alive, workers))
+        assert all(map(process_alive, workers))
         pool.send_signal(signal.SIGKILL)
         pool.wait()
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(map(_alive, workers)):
+        while time.monotonic() < deadline and any(map(process_alive, workers)):
             time.sleep(0.05)
-        assert not any(map(_alive, workers)), "orphaned workers live on"
+        assert not any(map(process_alive, workers)), "orphaned workers live on"
     finally:
         if pool.poll() is None:
             pool.kill()
             pool.wait()
         for pid in workers:
-            if _alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 

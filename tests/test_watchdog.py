@@ -14,6 +14,8 @@ from autotune.runtime import parallel
 from autotune.runtime.parallel import ParallelEvaluator
 from autotune.search import evolutionary as ev
 
+from tests_support import process_alive
+
 LIMIT_S = 1.0
 # Killing the worker and forking its replacement, on a loaded CI machine.
 MARGIN_S = 4.0
@@ -37,12 +39,6 @@ def hanging_objective(device, hang_on, pids):
     return objective
 
 
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_hung_candidate_in_a_worker_is_stopped_and_reported(caplog):
@@ -67,7 +63,7 @@ def test_a_hung_candidate_in_a_worker_is_stopped_and_reported(caplog):
         else:
             assert r.ok and r.time == r.config.kwargs["x"] + 1.0
     hung = pids.get()
-    assert not _alive(hung)
+    assert not process_alive(hung)
     warning = [r.getMessage() for r in caplog.records
                if "time limit" in r.getMessage()]
     assert len(warning) == 1 and str(configs[2]) in warning[0], warning

@@ -190,3 +190,12 @@ def write_package(ws, package, files, executables=()):
     for name in executables:
         os.chmod(os.path.join(folder, name), 0o755)
     return folder
+
+
+def process_alive(pid):
+    """Whether `pid` runs (a zombie, whose files are closed, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
