@@ -339,6 +339,25 @@ class CompileRequest(NamedTuple):
     triton_version: str = ""
 
 
+class Work(NamedTuple):
+    """What one launch of a fusion moves and computes (the schema's Work):
+    what its achieved bytes/s and FLOP/s are computed from
+    (autotune/report/roofline.py)."""
+    bytes: float = 0.0
+    flops: float = 0.0         # 0: not modelled
+    # "arguments": the tensor arguments' sizes, each counted once (a lower
+    # bound on the bytes); "model": the kernel's own work model.
+    source: str = ""
+    precision: str = ""        # "bf16", "fp16", "tf32", "fp32" or ""
+    # Read + write bytes/s of a device copy, measured when tuned; 0: not.
+    copy_bandwidth: float = 0.0
+
+
+NO_WORK = Work()
+WORK_SOURCES = ("arguments", "model")
+PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
+
+
 class Entry:
     """The result for one fusion on one device.
 
@@ -349,11 +368,11 @@ class Entry:
     """
 
     __slots__ = ("key", "_best", "_run_time_us", "_candidates", "_provenance",
-                 "_decode", "raw", "_compile_requests")
+                 "_decode", "raw", "_compile_requests", "_work")
 
     def __init__(self, key, best, run_time_us, candidates=(),
                  provenance=EMPTY_PROVENANCE, decode=None,
-                 compile_requests=()):
+                 compile_requests=(), work=NO_WORK):
         # best=None with a decoder: the best config and its time are decoded
         # on first use too (binary files: a lookup touches few entries).
         self.key = key
@@ -366,6 +385,8 @@ class Entry:
         # compile` and show read them).
         self._compile_requests = tuple(compile_requests) \
             if decode is None else None
+        # Decoded alone, on first use (the reports read it).
+        self._work = work if decode is None else None
         # Where the entry was decoded from, kept after decoding: writing it
         # back in the same format can copy it instead of re-encoding.
         self.raw = decode
@@ -376,6 +397,8 @@ class Entry:
             self._best, self._run_time_us = decoder.head(payload)
         self._candidates, self._provenance = decoder(payload)
         self._compile_requests = decoder.compile_requests(payload)
+        if self._work is None:
+            self._work = decoder.work(payload)
         self._decode = None
 
     @property
@@ -415,11 +438,19 @@ class Entry:
             self._compile_requests = decoder.compile_requests(payload)
         return self._compile_requests
 
+    @property
+    def work(self):
+        if self._work is None:
+            decoder, payload = self._decode
+            self._work = decoder.work(payload)
+        return self._work
+
     def replace(self, **changes):
         fields = dict(key=self.key, best=self.best,
                       run_time_us=self.run_time_us,
                       candidates=self.candidates, provenance=self.provenance,
-                      compile_requests=self.compile_requests)
+                      compile_requests=self.compile_requests,
+                      work=self.work)
         fields.update(changes)
         return Entry(**fields)
 
@@ -432,7 +463,8 @@ class Entry:
                 and self.run_time_us == other.run_time_us
                 and self.candidates == other.candidates
                 and self.provenance == other.provenance
-                and self.compile_requests == other.compile_requests)
+                and self.compile_requests == other.compile_requests
+                and self.work == other.work)
 
     __hash__ = None
 

@@ -934,11 +934,16 @@ def section_kernels(out, dry_run, env):
         # (addmm), the relu in place.
         theirs = time_ms(lambda: torch.addmm(bias, a, b).relu_())
         flops = 2.0 * m * n * k
+        peak, peak_source = _bf16_peak(dev, dry_run)
         rows.append({"kernel": "matmul_bias_relu", "dtype": str(dtype),
                      "shape": f"{m}x{n}x{k}", "tuning_s": round(tune_s, 2),
                      "triton_cache": triton_cache,
                      "tuned_tflops": _figure(flops / ours / 1e9),
-                     "torch_tflops": _figure(flops / theirs / 1e9)})
+                     "torch_tflops": _figure(flops / theirs / 1e9),
+                     # The project's GPU goals are written as this share.
+                     "share_of_bf16_peak": _figure(flops / ours / 1e-3
+                                                   / peak) if peak else None,
+                     "bf16_peak_source": peak_source})
         out["matmul"] = rows
     # Rows of 2048 and 1024 (128 and 64 MiB of bf16): none of the six
     # configs spills there; at 8192 columns three do (ROWS=4 with 2 warps
@@ -974,6 +979,23 @@ def section_kernels(out, dry_run, env):
     out["timing_calls"] = {"tuning": _backend_timing(),
                            "figures": figures.summary()}
     autotune.session().finish()
+
+
+def _bf16_peak(dev, dry_run):
+    """(dense bf16 FLOP/s, where it came from) of the device, from the
+    datasheet table autotune/report/roofline.py keeps; (None, why) where
+    there is none."""
+    if dry_run:
+        return None, "dry run (fp32 on the interpreter): no bf16 peak"
+    # Heavy, and only on a GPU run: torch and the package's table.
+    import torch
+
+    from autotune.report import roofline
+    name = torch.cuda.get_device_name(dev)
+    gpu = roofline.known_gpu(name)
+    if gpu is None:
+        return None, f"{name}: not in the datasheet table"
+    return gpu.peaks["bf16"], f"{gpu.source} dense bf16 peak"
 
 
 def section_compile_jobs(out, dry_run, env):

@@ -37,7 +37,7 @@ from autotune.cache.io import materialize, read_cache, stats, write_cache
 from autotune.cli import compile_cache, doctor, merge_driver, remote_tool, report
 from autotune.measure import compile_requests
 from autotune.report import coverage as report_coverage
-from autotune.report import summary
+from autotune.report import roofline, summary
 from autotune.records import (KEY_VERSION, Config)
 from autotune.runtime import freshness, offers
 from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
@@ -79,16 +79,23 @@ def candidate_table(record):
                      "offered config (an untuned launch)")
     if record.get("method"):
         lines.append(printable(f"  measured with {record['method']}"))
+    lines += roofline_lines(record)
     rows = record["candidates"]
     if not rows:
         return lines
     configs = [printable(r["config"]) for r in rows]
     width = max(map(len, configs))
+    rates = [roofline.format_rate(r.get("bytes_per_s"), "B/s")
+             for r in rows]
+    rate_width = max(map(len, rates + ["bytes/s"])) \
+        if any(r.get("bytes_per_s") for r in rows) else 0
+    rate_head = f"  {'bytes/s':>{rate_width}}" if rate_width else ""
     lines.append(f"    {'config':<{width}}  {'time (us)':>12}  {'ratio':>6}"
-                 f"  {'spread':>6}  failure")
-    for r, config in zip(rows, configs):
+                 f"  {'spread':>6}{rate_head}  failure")
+    for r, config, rate in zip(rows, configs, rates):
         time = f"{r['run_time_us']:.3f}" if r["run_time_us"] is not None \
             else "-"
+        rate = f"  {rate:>{rate_width}}" if rate_width else ""
         ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
         spread = f"{r['spread'] * 100:.1f}%" if r["spread"] else "-"
         failure = r["failure"] or ""
@@ -96,8 +103,50 @@ def candidate_table(record):
             failure += f" ({r['failure_detail'][:60]})"
         lines.append(f"  {'*' if r['winner'] else ' '} "
                      f"{config:<{width}}  {time:>12}  {ratio:>6}  "
-                     f"{spread:>6}  {printable(failure)}".rstrip())
+                     f"{spread:>6}{rate}  {printable(failure)}".rstrip())
     return lines
+
+
+def roofline_lines(record):
+    """What the winner's launch moves and achieves against the device's
+    roof (report/roofline.py), each figure with where it came from, and
+    the advice for a fusion far below it."""
+    f = record.get("roofline")
+    if not f:
+        return []
+    rate = roofline.format_rate
+    moved = f"  moves {rate(f['bytes'], 'B')} ({f['bytes_counted']})"
+    if f["flops"]:
+        moved += (f", {rate(f['flops'], 'FLOP')} at {f['precision']}, "
+                  f"{f['arithmetic_intensity']:.3g} FLOP/B")
+    lines = [moved]
+    if f["bytes_per_s"] is not None:
+        achieved = f"  achieves {rate(f['bytes_per_s'], 'B/s')}"
+        if f["flops_per_s"]:
+            achieved += f", {rate(f['flops_per_s'], 'FLOP/s')}"
+        if f["note"]:
+            achieved += f" ({f['note']})"
+        if f["share_of_roof"] is not None:
+            achieved += (f": {f['share_of_roof'] * 100:.0f} % of "
+                         f"{f['share_of']}"
+                         f" ({rate(_roof_value(f), _roof_unit(f))})")
+            if f["bound"]:
+                achieved += f", {f['bound']}-bound"
+        elif f["gpu_figures"]:
+            achieved += ": no roof known for this device"
+        lines.append(achieved)
+    if record.get("advice"):
+        lines.append(printable(f"  advice: {record['advice']}"))
+    return [printable(line) for line in lines]
+
+
+def _roof_value(f):
+    return f["roof_peak_flops"] if f["bound"] == "compute" \
+        else f["roof_bandwidth"]
+
+
+def _roof_unit(f):
+    return "FLOP/s" if f["bound"] == "compute" else "B/s"
 
 
 def cmd_show(args):

@@ -25,11 +25,11 @@ from google.protobuf import message as pb_message
 from autotune.codec import schema
 from autotune.codec.columns import RAW_OF, SECOND, column
 from autotune.codec.schema import (CANDIDATE, COMPILE_REQUEST, CONFIG, ENTRY, PROVENANCE,
-                                   RESULTS)
+                                   RESULTS, WORK)
 from autotune.errors import CacheFileError
 from autotune.proto import autotune_results_pb2 as pb
 from autotune.records import (Candidate, CacheKey, CompileRequest, Config, EMPTY_PROVENANCE,
-                              Entry, FAILURE_KINDS, Provenance)
+                              Entry, FAILURE_KINDS, NO_WORK, Provenance, Work)
 
 CONFIG_FIELDS = operator.attrgetter("params", "num_warps", "num_stages",
                                     "num_ctas")
@@ -129,6 +129,21 @@ class MessageDecoder:
         return tuple(CompileRequest(r.kernel, r.arguments, r.options,
                                     r.triton_version)
                      for r in msg.compile_requests)
+
+    def work(self, msg):
+        origin = msg
+        if type(msg) is pb.EntryHead:
+            msg = self.full_entry(msg)
+        if not msg.HasField("work"):
+            return NO_WORK
+        w = msg.work
+        for name in ("bytes", "flops", "copy_bandwidth"):
+            if schema.bad_time(getattr(w, name)):
+                raise CacheFileError(
+                    self.source, f"{self.describe(origin)}work {name} is "
+                    f"{getattr(w, name)!r}; it must be a finite number >= 0")
+        return Work(w.bytes, w.flops, w.source, w.precision,
+                    w.copy_bandwidth)
 
     def full_entry(self, head):
         """The whole Entry behind an EntryHead (see the schema)."""
@@ -350,7 +365,19 @@ class _Encoder:
             parts.append(_len_field(ENTRY.compile_requests, b"".join(
                 _str_field(getattr(COMPILE_REQUEST, name), value)
                 for name, value in zip(request._fields, request))))
+        work = entry.work
+        if work != NO_WORK:
+            parts.append(_len_field(ENTRY.work, encode_work(work)))
         return b"".join(parts)
+
+
+def encode_work(work):
+    """A Work message's bytes (fields in number order, zeros left out)."""
+    return (_double_field(WORK.bytes, work.bytes)
+            + _double_field(WORK.flops, work.flops)
+            + _str_field(WORK.source, work.source)
+            + _str_field(WORK.precision, work.precision)
+            + _double_field(WORK.copy_bandwidth, work.copy_bandwidth))
 
 
 _SERIALIZE = operator.methodcaller("SerializeToString", deterministic=True)

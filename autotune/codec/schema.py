@@ -52,6 +52,7 @@ CONFIG = _tags(pb.Config)
 CANDIDATE = _tags(pb.Candidate)
 PROVENANCE = _tags(pb.Provenance)
 COMPILE_REQUEST = _tags(pb.CompileRequest)
+WORK = _tags(pb.Work)
 
 
 def bad_time(value):

@@ -36,7 +36,7 @@ from autotune.codec.columns import KEY_OF, RAW_OF, column
 from autotune.errors import CacheFileError
 from autotune.proto import autotune_results_pb2 as pb
 from autotune.records import (Candidate, CacheKey, Config, EMPTY_PROVENANCE,
-                              Entry, FAILURE_KINDS, Provenance)
+                              Entry, FAILURE_KINDS, NO_WORK, Provenance, Work)
 
 TEXT_EXTENSIONS = (".txt", ".textproto", ".pbtxt", ".txtpb", ".prototxt")
 TEXT_HEADER = ("# proto-file: autotune/proto/autotune_results.proto\n"
@@ -206,6 +206,15 @@ class _TextWriter:
                     end = prov_pieces[5 * i + 4]
                     prov_pieces[5 * i + 4] = end[:-2] + "".join(
                         map(_request_line, held)) + "}\n"
+        works = list(map(_WORK_OF, fresh))
+        if works.count(NO_WORK) != len(works):
+            # Entries that recorded their launch's work: its line comes
+            # last (field order), before the entry's closing brace.
+            for i, work in enumerate(works):
+                if work != NO_WORK:
+                    end = prov_pieces[5 * i + 4]
+                    prov_pieces[5 * i + 4] = end[:-2] + _work_line(work) \
+                        + "}\n"
 
         out = []
         extend = out.extend
@@ -315,6 +324,47 @@ def _request_line(request):
     fields = " ".join(f"{name}: {_quote(value)}" for name, value in
                       zip(request._fields, request) if value)
     return _REQUEST_PREFIX + fields + (" }\n" if fields else "}\n")
+
+
+_WORK_OF = operator.attrgetter("work")
+_WORK_PREFIX = "  work { "
+_WORK_STRINGS = ("source", "precision")
+_WORK_FLOATS = ("bytes", "flops", "copy_bandwidth")
+
+
+def _work_line(work):
+    """The Work message on one line, in field order, zeros and empty
+    strings left out (proto3 does)."""
+    fields = []
+    for name, value in zip(work._fields, work):
+        if name in _WORK_STRINGS:
+            if value:
+                fields.append(f"{name}: {_quote(value)}")
+        elif _present(value):
+            fields.append(f"{name}: {float(value)!r}")
+    return "  work { " + " ".join(fields) + (" }\n" if fields else "}\n")
+
+
+def _parse_work_fast(line):
+    if not line.startswith(_WORK_PREFIX) or not line.endswith(" }"):
+        raise _NotCanonical()
+    body = line[len(_WORK_PREFIX):-2]
+    pairs = _FIELD_RE.findall(body)
+    if " ".join(f"{n}: {v}" for n, v in pairs) != body:
+        raise _NotCanonical()
+    fields = {}
+    for name, value in pairs:
+        if name in fields:
+            raise _NotCanonical()
+        if name in _WORK_STRINGS:
+            fields[name] = _unquote(value)
+        elif name in _WORK_FLOATS:
+            fields[name] = float(value)
+            if schema.bad_time(fields[name]):
+                raise _NotCanonical()  # text_format's path names the entry
+        else:
+            raise _NotCanonical()
+    return Work(**fields)
 
 
 _PROVENANCE_STRING_ORDER = ("triton_version", "torch_version",
@@ -468,8 +518,11 @@ _PROV_LINE = (r"  provenance \{(?: (?:triton_version|torch_version|"
 # line by line).
 _REQUEST_LINE = (r"  compile_requests \{(?: (?:kernel|arguments|options|"
                  r"triton_version): " + _QUOTED + r")*+ \}\n")
+_WORK_LINE = (r"  work \{(?: (?:source|precision): " + _QUOTED +
+              r"| (?:bytes|flops|copy_bandwidth): " + _FLOAT + r")*+ \}\n")
 _REST_RE = re.compile(r"(?:" + _CAND_LINE + r")*+(?:" + _PROV_LINE + r")?+"
-                      r"(?:" + _REQUEST_LINE + r")*+\}")
+                      r"(?:" + _REQUEST_LINE + r")*+(?:" + _WORK_LINE +
+                      r")?+\}")
 
 
 def copyable_rest(entry):
@@ -554,11 +607,36 @@ class _TextRestDecoder:
             raise CacheFileError(self.source, f"bad compile request: {e}")
         return MessageDecoder(self.memo, self.source).compile_requests(msg)
 
+    def work(self, rest):
+        """The launch's work alone: its line, the last before the closing
+        brace in the canonical layout."""
+        if _WORK_PREFIX not in rest:
+            return NO_WORK
+        lines = [line for line in rest.split("\n")
+                 if line.startswith(_WORK_PREFIX)]
+        if len(lines) == 1:
+            try:
+                return _parse_work_fast(lines[0])
+            except (_NotCanonical, ValueError, IndexError, TypeError):
+                pass
+        msg = pb.Entry()
+        try:
+            text_format.Parse("\n".join(lines), msg)
+        except text_format.ParseError as e:
+            raise CacheFileError(self.source, f"{self._name(rest)}bad work "
+                                 f"line: {e}") from None
+        try:
+            return MessageDecoder(self.memo, self.source).work(msg)
+        except CacheFileError as e:
+            raise CacheFileError(self.source, self._name(rest) +
+                                 without_entry_name(e.reason)) from None
+
     def provenance(self, rest):
         """The provenance alone: the canonical layout puts it on the last
-        line before the closing brace (and any compile requests)."""
+        line before the closing brace (and any compile requests and work
+        line)."""
         body = rest[:-2] if rest.endswith("\n}") else ""
-        if _REQUEST_PREFIX in body:
+        if _REQUEST_PREFIX in body or _WORK_PREFIX in body:
             body = "\n".join(_without_requests(body.split("\n")))
         last = body.rpartition("\n")[2]
         if last.startswith("  provenance { "):
@@ -572,8 +650,9 @@ class _TextRestDecoder:
 
 
 def _without_requests(lines):
-    """The lines of an entry's rest before its compile requests."""
-    while lines and lines[-1].startswith(_REQUEST_PREFIX):
+    """The lines of an entry's rest before its compile requests and its
+    work line."""
+    while lines and lines[-1].startswith((_REQUEST_PREFIX, _WORK_PREFIX)):
         lines = lines[:-1]
     return lines
 
@@ -623,7 +702,8 @@ def _parse_text_fast(text, source, trusted=False):
     else:
         rest_lines = (_count(blocks, "\n" + _CAND_PREFIX)
                       + _count(blocks, "\n  provenance { ")
-                      + _count(blocks, "\n" + _REQUEST_PREFIX) + len(blocks))
+                      + _count(blocks, "\n" + _REQUEST_PREFIX)
+                      + _count(blocks, "\n" + _WORK_PREFIX) + len(blocks))
         n_lines = _count(blocks, "\n") + len(blocks)
 
     lines = list(map(str.split, blocks, itertools.repeat("\n"),

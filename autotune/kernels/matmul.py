@@ -109,9 +109,18 @@ def tolerance(a, b, precision=None):
     return dot_tolerance(a.dtype, a.shape[1], precision, scale)
 
 
+def _work(a, M, N, K, INPUT_PRECISION="ieee", **_):
+    """What one launch computes, for its achieved FLOP/s: a multiply-add
+    (2 FLOPs) per M*N*K, and the bias and activation on each output. Its
+    bytes are left to the default (the four tensors, each once)."""
+    precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
+        a.dtype, "tf32" if INPUT_PRECISION == "tf32" else "fp32")
+    return {"flops": 2.0 * M * N * K + 2.0 * M * N, "precision": precision}
+
+
 @autotune(configs=configs_for_backend(), key=["M", "N", "K"],
           reference=_reference,
-          outputs=["c"])
+          outputs=["c"], work_model=_work)
 @triton.jit
 def matmul_bias_act_kernel(a, b, bias, c, M, N, K, stride_am, stride_ak,
                            stride_bk, stride_bn, stride_cm, stride_cn,

@@ -16,7 +16,7 @@ import re
 
 from autotune.errors import ToolError
 from autotune.records import hardware_of
-from autotune.report import coverage, summary
+from autotune.report import coverage, roofline_chart, summary
 
 INSTALL_HINT = ("the report page draws its charts with matplotlib: "
                 "pip install 'rules_autotune[report]' (or pip install "
@@ -97,6 +97,12 @@ def chart_svg(record, matplotlib_module=None, salt="fusion"):
     (fastest at the top), the winner highlighted with its timing spread
     as an error bar and a shaded noise band, failed candidates marked
     with their failure kind."""
+    return inline_svg(lambda: _draw_chart(record), matplotlib_module, salt)
+
+
+def inline_svg(draw, matplotlib_module=None, salt="fusion"):
+    """The SVG text that draw() returns, drawn under the page's settings
+    and trimmed for inlining."""
     if matplotlib_module is None:
         matplotlib_module = require_matplotlib()
     # Text as SVG text, not glyph outlines (several times smaller), and no
@@ -113,7 +119,7 @@ def chart_svg(record, matplotlib_module=None, salt="fusion"):
                                        "text.usetex": False,
                                        "font.family": "sans-serif",
                                        "font.sans-serif": ["DejaVu Sans"]}):
-        text = _draw_chart(record)
+        text = draw()
     # Inline in HTML: no XML prolog, DOCTYPE or metadata block, and the
     # pretty-printing whitespace collapsed (a third of the bytes).
     text = text[text.index("<svg"):]
@@ -352,6 +358,9 @@ def build_page(sources, base=None, base_name=None, title=None,
     body.append(_summary_table(records, anchors))
     body.append("<h2>Coverage by device</h2>")
     body.append(_coverage_table(entries))
+    body.append(roofline_chart.section_html(
+        records, lambda draw, salt: inline_svg(draw, matplotlib_module,
+                                               salt)))
     body.append("<h2>Candidates per fusion</h2><p>Bars: each candidate's "
                 "time (the winner dark, failed candidates marked &#10007; "
                 "with their kind); dashed line and shaded band: the "

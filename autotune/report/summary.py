@@ -16,6 +16,7 @@ from autotune.errors import CacheFileError
 from autotune.log import printable
 from autotune.measure import selection
 from autotune.records import hardware_of
+from autotune.report import roofline
 
 REASONS = selection.REASONS
 
@@ -33,10 +34,13 @@ def winner_reason(entry, incumbent=selection.UNKNOWN, incumbent_config=None):
 
 
 def candidate_rows(entry):
-    """Every stored candidate, fastest first, failures last."""
+    """Every stored candidate, fastest first, failures last. Each measured
+    one's achieved bytes/s where the entry records its launch's bytes
+    (every candidate moves the same bytes: the launch's)."""
     best = entry.best
     best_time = entry.run_time_us
     spread = entry.provenance.timing_spread
+    moved = entry.work.bytes
     rows = []
     for cand in entry.candidates:
         ok = cand.ok
@@ -50,6 +54,8 @@ def candidate_rows(entry):
             "failure": None if ok else cand.failure,
             "failure_detail": cand.failure_detail or None,
             "winner": cand.config == best,
+            "bytes_per_s": moved / (cand.run_time_us * 1e-6)
+            if ok and moved and cand.run_time_us else None,
         })
     rows.sort(key=lambda r: (r["failure"] is not None,
                              r["run_time_us"] or 0.0))
@@ -75,6 +81,7 @@ def fusion_record(key, entry=None, **extra):
             winner_reason(entry, *_incumbent_of(entry, extra))
         prov = entry.provenance
         rows = candidate_rows(entry)
+        figures = roofline.figures(key.device, entry.work, entry.run_time_us)
     except CacheFileError as e:
         record.update(best=entry.best.short(), run_time_us=entry.run_time_us,
                       candidates=[], error=entry_error(key, e))
@@ -90,7 +97,11 @@ def fusion_record(key, entry=None, **extra):
         # winner's (None for entries that did not record it).
         speedup_over_default=_rounded(prov.speedup(entry.run_time_us)),
         method=prov.method or None,
-        candidates=rows)
+        candidates=rows,
+        # What the winner achieves against the device's roof
+        # (report/roofline.py); None where the entry recorded no work.
+        roofline=figures)
+    record["advice"] = roofline.advice(record)
     return record
 
 

@@ -37,6 +37,7 @@ from autotune.errors import (AutotuneArgumentError, AutotuneError,
 from autotune.measure import tuner
 from autotune.records import Config
 from autotune.runtime import launch_record, offers, timing_request, tuning
+from autotune.runtime import work as work_module
 from autotune.runtime.session import session
 
 SEARCHES = ("exhaustive", "evolutionary")
@@ -106,7 +107,7 @@ def _check_callables(tuner_, prune, reference):
     """prune_configs_by and reference=, checked when the kernel is
     decorated rather than at its first launch."""
     name = tuner_.name
-    for what in ("perf_model", "early_config_prune"):
+    for what in ("perf_model", "early_config_prune", "work_model"):
         if prune.get(what) is not None and not callable(prune[what]):
             raise AutotuneArgumentError(
                 f"{name}: prune_configs_by {what} must be callable, got "
@@ -270,7 +271,8 @@ class Autotuner(TritonAutotuner):
                  use_cuda_graph=False, do_bench=None, cache_results=False, *,
                  reference=None, outputs=None, rtol=None, atol=None,
                  name=None, space=None, search="exhaustive", budget=None,
-                 seed=0, timeout_s=60.0, time_budget_s=None):
+                 seed=0, timeout_s=60.0, time_budget_s=None,
+                 work_model=None):
         self.fn = self.kernel = fn
         self.base_fn = unwrap.python_function(fn)
         self.name = name or self.base_fn.__name__
@@ -305,6 +307,9 @@ class Autotuner(TritonAutotuner):
         self.perf_model = prune.get("perf_model")
         self.configs_top_k = prune.get("top_k", 1.0)
         self.early_config_prune = prune.get("early_config_prune")
+        # runtime/work.py: a keyword, or a key Triton ignores.
+        prune = {**prune, "work_model": work_model or prune.get("work_model")}
+        self.work_model = prune["work_model"]
         _check_callables(self, prune, reference)
         self._do_bench = do_bench
         self.num_warmups, self.num_reps = warmup, rep
@@ -698,7 +703,8 @@ class Autotuner(TritonAutotuner):
                 default = self.space.configs()[0]
             miss = self._miss(sess, key, named, grid, args, kwargs, configs,
                               default)
-            entry = miss.run(seeds)
+            entry = work_module.with_work(miss.run(seeds), named, self,
+                                          sess.backend)
             if miss.result is not None:
                 self._after_tuning(named, miss.result, entry)
             return entry
@@ -748,7 +754,7 @@ def autotune(configs=None, key=(), prune_configs_by=None, reset_to_zero=None,
     @autotune(configs=[...], key=[...]) over @triton.jit (or over
     @triton.heuristics). options: this project's keywords (reference=,
     outputs=, rtol=, atol=, name=, space=, search=, budget=, seed=,
-    timeout_s=, time_budget_s=)."""
+    timeout_s=, time_budget_s=, work_model=)."""
     def wrap(kernel):
         return Autotuner(kernel, None, configs, key, reset_to_zero,
                          restore_value, pre_hook=pre_hook,
