@@ -48,27 +48,34 @@ def _roof_of(recs):
 
 def _draw(device, recs):
     """The SVG text of one device's charts."""
+    from matplotlib import ticker
     from matplotlib.figure import Figure
     modelled = [r for r in recs if r["roofline"].get("flops_per_s")]
     bandwidth, _, peaks = _roof_of(recs)
-    panels = 2 if modelled else 1
+    labels = [_label(r) for r in recs]
+    # Inches: the roofline panel (with its tick labels), then the bars
+    # with room for their labels at 7 pt (about 0.075 in a character).
+    label_in = 0.075 * max(map(len, labels)) + 0.2
+    roof_in = 4.6 if modelled else 0.0
+    width = roof_in + label_in + 3.6
     height = max(2.6, 0.9 + 0.22 * len(recs))
-    fig = Figure(figsize=(5.2 * panels + 1.5, height))
-    axes = fig.subplots(1, panels, squeeze=False)[0]
+    fig = Figure(figsize=(width, height))
+    bottom, top = 0.55 / height, 1.0 - 0.25 / height
+    plain = ticker.FuncFormatter(lambda v, _: f"{v:g}")
     if modelled:
-        ax = axes[0]
+        ax = fig.add_axes([1.0 / width, bottom, 3.3 / width, top - bottom])
         xs = [r["roofline"]["arithmetic_intensity"] for r in modelled]
         ys = [r["roofline"]["flops_per_s"] for r in modelled]
         low = min(xs + [1.0]) / 4.0
         high = max(xs + [1.0]) * 4.0
         if bandwidth:
+            grid = [low * (high / low) ** (i / 64.0) for i in range(65)]
             for precision, (peak, _) in sorted(peaks.items()):
-                grid = [low * (high / low) ** (i / 64.0) for i in range(65)]
                 ax.plot(grid, [min(peak, bandwidth * x) for x in grid],
                         linewidth=1.2, label=f"roof ({precision})")
             if not peaks:
-                ax.plot([low, high], [bandwidth * low, bandwidth * high],
-                        linewidth=1.2, label="bandwidth roof")
+                ax.plot(grid, [bandwidth * x for x in grid], linewidth=1.2,
+                        label="bandwidth roof")
         ax.scatter(xs, ys, color="#c44e00", zorder=3, s=18)
         for x, y, rec in zip(xs, ys, modelled):
             ax.annotate(rec["kernel"], (x, y), fontsize=7,
@@ -76,28 +83,39 @@ def _draw(device, recs):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(low, high)
+        # A decade either side at least, so that the axis has labelled
+        # ticks however close the points are.
+        tops = ys + ([p for p, _ in peaks.values()] if bandwidth else [])
+        ax.set_ylim(min(ys) / 10.0, max(tops) * 10.0)
+        # Tick labels as plain text (the page turns mathtext off).
+        ax.xaxis.set_major_formatter(plain)
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(
+            lambda v, _: _rate(v, "FLOP/s")))
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_minor_formatter(ticker.NullFormatter())
         ax.set_xlabel("arithmetic intensity (FLOP/byte)", fontsize=8)
         ax.set_ylabel("achieved FLOP/s", fontsize=8)
         ax.tick_params(labelsize=7)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="lower right")
-    ax = axes[-1]
-    ordered = sorted(recs, key=lambda r: -r["roofline"]["bytes_per_s"])
-    rates = [r["roofline"]["bytes_per_s"] / 1e9 for r in ordered]
-    positions = list(range(len(ordered)))
+    ax = fig.add_axes([(roof_in + label_in) / width, bottom, 3.3 / width,
+                       top - bottom])
+    order = sorted(range(len(recs)),
+                   key=lambda i: -recs[i]["roofline"]["bytes_per_s"])
+    rates = [recs[i]["roofline"]["bytes_per_s"] for i in order]
+    positions = list(range(len(order)))
     ax.barh(positions, rates, color="#2a7ab9", height=0.7)
     if bandwidth:
-        ax.axvline(bandwidth / 1e9, color="#111", linestyle="--",
-                   linewidth=1)
+        ax.axvline(bandwidth, color="#111", linestyle="--", linewidth=1)
     ax.set_yticks(positions)
-    ax.set_yticklabels([_label(r) for r in ordered], fontsize=7)
+    ax.set_yticklabels([labels[i] for i in order], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("achieved GB/s" + (" (dashed: bandwidth roof)"
-                                     if bandwidth else ""), fontsize=8)
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(4))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(
+        lambda v, _: _rate(v, "B/s") if v else "0"))
+    ax.set_xlabel("achieved bytes/s" + (" (dashed: bandwidth roof)"
+                                        if bandwidth else ""), fontsize=8)
     ax.tick_params(axis="x", labelsize=7)
-    fig.subplots_adjust(left=0.32 if panels == 1 else 0.08, right=0.98,
-                        bottom=min(0.45, 0.55 / height * 1.6), top=0.95,
-                        wspace=0.9)
     out = io.StringIO()
     fig.savefig(out, format="svg", metadata={"Date": None})
     return out.getvalue()
