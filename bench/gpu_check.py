@@ -981,6 +981,11 @@ def section_kernels(out, dry_run, env):
     autotune.session().finish()
 
 
+def _share_of_peak(row):
+    share = row.get("share_of_bf16_peak")
+    return "" if share is None else f"{share} of bf16 peak"
+
+
 def _bf16_peak(dev, dry_run):
     """(dense bf16 FLOP/s, where it came from) of the device, from the
     datasheet table autotune/report/roofline.py keeps; (None, why) where
@@ -1230,20 +1235,25 @@ def markdown(report):
                       f"{res.get('warm_up_s')} s; in its own Triton cache "
                       "folder, so its first tuning compiles.", "",
                       "| kernel | dtype | shape | tuned | torch | unit | "
-                      "share of copy | tuning s | compiled / on disk |",
+                      "share of roof | tuning s | compiled / on disk |",
                       "|---|---|---|---|---|---|---|---|---|"]
             for row in res.get("matmul", []):
                 lines.append(f"| {row['kernel']} | {row['dtype']} | "
                              f"{row['shape']} | {row['tuned_tflops']} | "
-                             f"{row['torch_tflops']} | TFLOP/s | | "
+                             f"{row['torch_tflops']} | TFLOP/s | "
+                             f"{_share_of_peak(row)} | "
                              f"{row.get('tuning_s', '')} | "
                              f"{_counted(row.get('triton_cache'))} |")
             for row in res.get("rows", []):
                 lines.append(f"| {row['kernel']} | {row['dtype']} | "
                              f"{row['shape']} | {row['tuned_gbps']} | "
                              f"{row['torch_gbps']} | GB/s | "
-                             f"{row['share_of_copy']} | | "
+                             f"{row['share_of_copy']} of copy | | "
                              f"{_counted(row.get('triton_cache'))} |")
+            peak_sources = sorted({row.get("bf16_peak_source") for row in
+                                   res.get("matmul", [])} - {None})
+            if peak_sources:
+                lines += ["", "bf16 peak: " + "; ".join(peak_sources) + "."]
             lines += _timing_lines(res.get("timing_calls", {}))
             continue
         for key in FIGURES.get(name, []):

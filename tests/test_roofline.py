@@ -328,8 +328,35 @@ def test_the_page_draws_the_roofline_section():
         [("c", [gpu_entry(NO_WORK)])])
 
 
-def test_gpu_check_names_where_the_bf16_peak_comes_from():
+def test_gpu_check_gives_matmul_its_share_of_the_bf16_peak(monkeypatch):
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import gpu_check
     peak, source = gpu_check._bf16_peak(None, dry_run=True)
     assert peak is None and "dry run" in source
+    monkeypatch.setattr(torch.cuda, "get_device_name",
+                        lambda dev: "NVIDIA H100 80GB HBM3")
+    assert gpu_check._bf16_peak("cuda", dry_run=False) == (
+        989.4e12, "NVIDIA H100 SXM datasheet dense bf16 peak")
+    monkeypatch.setattr(torch.cuda, "get_device_name",
+                        lambda dev: "NVIDIA H100 PCIe")
+    assert gpu_check._bf16_peak("cuda", dry_run=False) == (
+        None, "NVIDIA H100 PCIe: not in the datasheet table")
+    report = {"dry_run": False, "device": "H100", "seconds": 1.0,
+              "limit_s": 2.0, "ok": True, "sections": {"kernels": {
+                  "status": "ok", "seconds": 1.0, "budget_s": 2,
+                  "results": {
+                      "matmul": [{"kernel": "matmul_bias_relu",
+                                  "dtype": "torch.bfloat16",
+                                  "shape": "4096x4096x4096",
+                                  "tuned_tflops": 620.0,
+                                  "torch_tflops": 650.0,
+                                  "share_of_bf16_peak": 0.6266,
+                                  "bf16_peak_source": source}],
+                      "rows": [{"kernel": "softmax",
+                                "dtype": "torch.bfloat16",
+                                "shape": "16384x2048", "tuned_gbps": 2900.0,
+                                "torch_gbps": 2800.0,
+                                "share_of_copy": 0.91}]}}}}
+    text = gpu_check.markdown(report)
+    assert "| TFLOP/s | 0.6266 of bf16 peak |" in text
+    assert "| GB/s | 0.91 of copy |" in text
