@@ -157,6 +157,20 @@ def test_a_tuned_entry_records_its_work(session_factory):
     assert entry.work == Work(512.0, 128.0, "arguments", "tf32", 0.0)
 
 
+def test_the_run_report_gives_each_fusion_its_figures(session_factory):
+    from autotune.runtime import run_report
+    sess = session_factory()
+    tuned = autotune.autotune(configs=tk.GOOD, key=["n"])(tk.axpb_kernel)
+    tk.run(tuned, 64)
+    fusion, = json.loads(json.dumps(run_report.report(sess)))["fusions"]
+    f = fusion["roofline"]
+    assert (f["bytes"], f["flops"], f["bytes_counted"]) == (
+        512.0, None, roofline.LOWER_BOUND)
+    assert f["note"] == roofline.NOT_GPU and f["bytes_per_s"] > 0
+    assert f["bytes_per_s"] == pytest.approx(512.0 / (
+        fusion["run_time_us"] * 1e-6))
+
+
 def test_triton_style_prune_configs_by_carries_a_work_model(
         session_factory):
     session_factory()
