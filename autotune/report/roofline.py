@@ -223,7 +223,8 @@ def format_rate(value, unit):
     """"1.23 TB/s", "456 GFLOP/s": a rate with an SI prefix."""
     if value is None:
         return "-"
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"),
+                          (1e3, "k")):
         if value >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"

@@ -85,8 +85,10 @@ def _draw(device, recs):
         ax.set_xlim(low, high)
         # A decade either side at least, so that the axis has labelled
         # ticks however close the points are.
+        # The roof from the left edge on.
         tops = ys + ([p for p, _ in peaks.values()] if bandwidth else [])
-        ax.set_ylim(min(ys) / 10.0, max(tops) * 10.0)
+        bottoms = ys + ([bandwidth * low] if bandwidth else [])
+        ax.set_ylim(min(bottoms) / 10.0, max(tops) * 10.0)
         # Tick labels as plain text (the page turns mathtext off).
         ax.xaxis.set_major_formatter(plain)
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(
