@@ -63,6 +63,10 @@ class MessageDecoder:
         self.memo = config_memo
         self.source = source
         self.messages = messages
+        # The last head parsed in full, and its Entry: an entry's parts
+        # (candidates, provenance, compile requests, work) are decoded one
+        # after another from one parse.
+        self._last = (None, None)
 
     def describe(self, msg):
         """How an error names the entry of `msg` (the message the entry
@@ -147,6 +151,8 @@ class MessageDecoder:
 
     def full_entry(self, head):
         """The whole Entry behind an EntryHead (see the schema)."""
+        if self._last[0] is head:
+            return self._last[1]
         msg = pb.Entry()
         try:
             msg.ParseFromString(head.SerializeToString())
@@ -154,6 +160,7 @@ class MessageDecoder:
             raise CacheFileError(self.source, f"{self.describe(head)}"
                                  f"candidates or provenance do not decode "
                                  f"({e})")
+        self._last = (head, msg)
         return msg
 
 
