@@ -147,6 +147,25 @@ def test_a_bad_model_is_said(model, needle):
         work_module.launch_work({"n": 1}, Config({}), model)
 
 
+def test_copy_bandwidth_is_measured_once_a_device_and_never_on_the_cpu(
+        monkeypatch):
+    class Backend:
+        def __init__(self, name, key):
+            self.name, self.key, self.device = name, key, "cuda:0"
+
+        def device_key(self):
+            return self.key
+    measured = []
+    monkeypatch.setattr(work_module, "_COPY_BANDWIDTH", {})
+    monkeypatch.setattr(work_module, "_measure_copy",
+                        lambda device: measured.append(device) or 2.5e12)
+    assert work_module.copy_bandwidth(Backend("interpreter", "cpu")) == 0.0
+    gpu = Backend("gpu", H100)
+    assert work_module.copy_bandwidth(gpu) == 2.5e12
+    assert work_module.copy_bandwidth(gpu) == 2.5e12
+    assert measured == ["cuda:0"]
+
+
 def test_a_tuned_entry_records_its_work(session_factory):
     session_factory()
     tuned = autotune.autotune(
