@@ -202,6 +202,27 @@ def test_triton_style_prune_configs_by_carries_a_work_model(
     assert entry.work == Work(77.0, 0.0, "model", "", 0.0)
 
 
+def test_the_drop_in_takes_the_work_model_triton_ignores(session_factory):
+    import triton
+    from autotune.runtime import triton_patch
+    model = {"work_model": lambda n, **_: {"flops": 3.0 * n}}
+    # Triton's own autotuner takes the decoration as it is.
+    theirs = triton.autotune(configs=tk.GOOD, key=["n"],
+                             prune_configs_by=dict(model))(tk.axpb_kernel)
+    assert not isinstance(theirs, autotune.runtime.autotuner.Autotuner)
+    session_factory()
+    assert not triton_patch.installed()
+    autotune.install()
+    try:
+        ours = triton.autotune(configs=tk.GOOD, key=["n"],
+                               prune_configs_by=dict(model))(tk.axpb_kernel)
+        tk.run(ours, 64)
+    finally:
+        autotune.uninstall()
+    entry, = autotune.session().cache.memory.values()
+    assert entry.work.flops == 192.0
+
+
 def test_a_failing_model_warns_and_records_the_arguments(session_factory):
     session_factory()
     tuned = autotune.autotune(configs=tk.GOOD, key=["n"],
