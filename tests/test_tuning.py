@@ -347,6 +347,31 @@ def test_a_search_keeps_every_config_that_writes_scratch(sess, clock):
     assert tuning_.result.consensus.scratch == ("partials",)
 
 
+def test_a_config_that_fails_when_run_again_is_recorded_as_failed(sess,
+                                                                   clock):
+    configs = [config(4), config(8), config(16), config(32)]
+    flaky = configs[1]
+
+    class FlakyKernel(ScratchKernel):
+        runs = 0
+
+        def run(self, config_, after_kernel=None):
+            if config_ == flaky and after_kernel is not None:
+                self.runs += 1
+                if self.runs > 1:
+                    raise RuntimeError("launch failed the second time")
+            super().run(config_, after_kernel)
+
+    kernel = FlakyKernel(clock, {})
+    tuning_ = miss(sess, kernel, configs=configs, reference=None,
+                   warn_once=lambda what, text: None)
+    entry = tuning_.run()
+    failures = {x.config: x.failure for x in entry.candidates}
+    assert failures == {configs[0]: "NONE", flaky: "RUNTIME_ERROR",
+                        configs[2]: "NONE", configs[3]: "NONE"}
+    assert tuning_.result.consensus.scratch == ("partials",)
+
+
 def test_with_outputs_named_the_first_config_stays_the_reference(sess,
                                                                  clock):
     wrong, a, b = config(16), config(32), config(64)

@@ -116,23 +116,22 @@ def review(evaluator, candidates, timings, time_candidate):
         first_of.setdefault(witness(config), config)
     representatives = list(first_of.values())
 
-    def same(want, got, name=None):
-        return _difference(evaluator, name, want, got) is None
-
     # Pass 1: each tensor's majority candidate over the witnesses. A
-    # tensor first written by the i-th witness was left as it was (None)
-    # by the i before it.
+    # tensor first written by a witness was left as it was (None) by the
+    # ones seen before it.
     majorities = {}
     failed = {}
-    for index, config in enumerate(representatives):
+    seen = 0
+    for config in representatives:
         written = _outputs(evaluator, config, failed)
         if written is None:
             continue
         for name in written.keys() - majorities.keys():
-            majorities[name] = _Majority(None, index)
+            majorities[name] = _Majority(None, seen)
+        seen += 1
         for name, majority in majorities.items():
-            majority.see(written.get(name),
-                         lambda a, b, n=name: same(a, b, n))
+            majority.see(written.get(name), lambda want, got, name=name:
+                         _difference(evaluator, name, want, got) is None)
     # Pass 2: every config that ran against those values; the witnesses'
     # own runs are the votes.
     votes = dict.fromkeys(majorities, 0)
@@ -153,7 +152,8 @@ def review(evaluator, candidates, timings, time_candidate):
                     votes[name] += 1
             else:
                 differs[config][name] = how
-    total = len(representatives)
+    # A witness whose run failed now has no vote.
+    total = sum(config not in failed for config in representatives)
     agreed = {name for name, n in votes.items() if 2 * n > total}
     scratch = tuple(sorted(set(majorities) - agreed))
     out = []
