@@ -40,6 +40,7 @@ from autotune.measure import triton_cache
 from autotune import pytest_terminal
 from autotune.pytest_terminal import relative
 from autotune.report import summary
+from autotune.runtime import freshness
 from autotune.runtime import session as runtime_session
 
 BACKENDS = ("auto", "gpu", "interpreter")
@@ -307,19 +308,32 @@ def _decorated_fingerprints(name):
     return module.fingerprints_named(name) if module is not None else set()
 
 
-def _other_fingerprint(key, cached_fingerprints):
+def _other_fingerprint(key, cached_fingerprints, loaded_entries=()):
     """(status, reason) of a miss whose fusion the cache holds under other
     kernel fingerprints: those of another kernel decorated under the same
-    name in this run (another function) leave this one missing; any other
+    name in this run, or of entries that record being tuned for another
+    function (freshness.other_kernel), leave this one missing; any other
     is this kernel before an edit (stale)."""
     others = _decorated_fingerprints(key.kernel) - {key.fingerprint}
-    edited = [f for f in cached_fingerprints if f not in others]
+    function = freshness.function_for(key)
+    elsewhere = {}  # fingerprint -> the function its entry was tuned for
+    for e in loaded_entries:
+        if e.key.fingerprint in cached_fingerprints and \
+                e.key.fusion == key.fusion:
+            other = freshness.other_kernel(e, function)
+            if other is not None:
+                elsewhere[e.key.fingerprint] = other
+    edited = [f for f in cached_fingerprints
+              if f not in others and f not in elsewhere]
     if not edited:
+        tuned_for = sorted(set(elsewhere.values()))
+        what = f"tuned for {', '.join(tuned_for)}" if tuned_for else \
+            "a different function decorated in this run"
+        mine = f"{function}, " if function and tuned_for else ""
         return "missing", (
             f"the cache has it only for another kernel named {key.kernel} "
-            f"(fingerprint {', '.join(cached_fingerprints)}, a different "
-            f"function decorated in this run); this one, fingerprint "
-            f"{key.fingerprint}, was never tuned")
+            f"(fingerprint {', '.join(cached_fingerprints)}, {what}); this "
+            f"one, {mine}fingerprint {key.fingerprint}, was never tuned")
     return "stale", (f"the cache has it for kernel fingerprint "
                      f"{', '.join(edited)}, this kernel is "
                      f"{key.fingerprint}: its source changed since it was "
@@ -335,7 +349,7 @@ def classify_miss(key, loaded_entries):
         and e.key.device == key.device and e.key.fingerprint !=
         key.fingerprint})
     if other_fingerprints:
-        return _other_fingerprint(key, other_fingerprints)
+        return _other_fingerprint(key, other_fingerprints, loaded_entries)
     same_kernel = [e for e in loaded_entries if e.key.kernel == key.kernel]
     if not same_kernel:
         return "missing", f"the cache has no entry for kernel {key.kernel}"
@@ -547,7 +561,8 @@ class AutotunePlugin:
             if key in refusals:
                 status, reason = "stale", refusals[key]
             elif key in stale:
-                status, reason = _other_fingerprint(key, [stale[key]])
+                status, reason = _other_fingerprint(key, [stale[key]],
+                                                    loaded)
             else:
                 status, reason = classify_miss(key, loaded)
             self.misses.append({**_describe(key), "status": status,

@@ -49,3 +49,55 @@ def test_verify_and_a_load_run_agree_on_a_torch_drift(tmp_path):
         flags.Options(load_autotune_results_from=[path]),
         backend=backends.InterpreterBackend())
     assert loading._drift(entries[0]) == ("torch", "2.1", "2.13")
+
+
+# -- same-named kernels: another function, or this one edited -------------
+
+def _entry(fingerprint, function=None):
+    from autotune import keys
+    from autotune.records import CompileRequest, Config, Entry
+    key = keys.make_key("cpu/triton-interpreter/triton-3.9.0", "add_kernel",
+                        fingerprint, "n=20")
+    requests = () if function is None else (
+        CompileRequest(function, "x:*fp32:D BLOCK=16", "num_warps=4"),)
+    return Entry(key, Config({"BLOCK": 16}), 1.0,
+                 compile_requests=requests)
+
+
+def test_an_entry_tuned_for_another_function_is_another_kernel():
+    entry = _entry("a" * 16, "mylib.kernels:add_kernel")
+    local = "test_add:test_it.<locals>.add_kernel"
+    assert freshness.other_kernel(entry, local) == "mylib.kernels:add_kernel"
+    assert freshness.other_kernel(entry, "other.kernels:add_kernel") == \
+        "mylib.kernels:add_kernel"
+    # The same function: run as a script, or imported under its package.
+    for same in ("mylib.kernels:add_kernel", "__main__:add_kernel",
+                 "kernels:add_kernel", "src.mylib.kernels:add_kernel"):
+        assert freshness.other_kernel(entry, same) is None, same
+    # Nothing recorded, or the kernel looked up unknown: nothing is said.
+    assert freshness.other_kernel(_entry("a" * 16), local) is None
+    assert freshness.other_kernel(entry, None) is None
+
+
+def test_a_miss_beside_another_functions_entry_is_not_a_kernel_change():
+    import autotune
+    import triton
+    import triton.language as tl
+
+    @autotune.autotune(configs=[autotune.Config({"BLOCK": 16})], key=["n"])
+    @triton.jit
+    def add_kernel(x, n, BLOCK: tl.constexpr):
+        tl.store(x + tl.arange(0, BLOCK), 1.0)
+
+    mine = _entry(add_kernel.fingerprint).key
+    elsewhere = _entry("a" * 16, "mylib.kernels:add_kernel")
+    index = freshness.LoadedIndex({elsewhere.key: elsewhere},
+                                  {elsewhere.key: "cache.textproto"})
+    assert index.miss_reason(mine) == freshness.MISSING
+    assert index.stale([mine]) == {}
+    # The same function before an edit is.
+    edited = _entry("a" * 16, freshness.function_of(add_kernel))
+    index = freshness.LoadedIndex({edited.key: edited},
+                                  {edited.key: "cache.textproto"})
+    assert index.miss_reason(mine) == freshness.KERNEL_CHANGED
+    assert index.stale([mine]) == {mine: "a" * 16}

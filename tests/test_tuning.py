@@ -223,14 +223,165 @@ def test_the_launch_setup_runs_before_every_launch(sess, clock):
     assert kernel.setups == kernel.launches == 8  # 2 x (checked + 3 timed)
 
 
-def test_the_first_config_is_the_reference_when_none_is_given(sess, clock):
-    a, b = config(16), config(32)
-    kernel = FakeKernel(clock, {a: 1.0, b: 2.0}, wrong=[b])
+def said_by(tuning_options):
     said = []
-    entry = miss(sess, kernel, configs=[a, b], reference=None,
-                 warn_once=lambda what, text: said.append((what, text))).run()
+    tuning_options["warn_once"] = lambda what, text: said.append((what,
+                                                                 text))
+    return said
+
+
+def test_without_a_reference_a_minority_that_differs_is_dropped(sess, clock):
+    a, b, c = config(16), config(32), config(64)
+    kernel = FakeKernel(clock, {a: 2.0, b: 1.0, c: 3.0}, wrong=[b])
+    options = {"configs": [a, b, c], "reference": None}
+    said = said_by(options)
+    entry = miss(sess, kernel, **options).run()
     assert entry.best == a
+    failures = {x.config: x.failure for x in entry.candidates}
+    assert failures == {a: "NONE", b: "WRONG_RESULT", c: "NONE"}
     assert [what for what, _ in said] == ["reference", "wrong"]
+    assert "checked against each other" in said[0][1]
+    # The first config's group is a majority: nothing is run again.
+    assert kernel.launches == 3 + 2 * 3
+
+
+def test_without_a_reference_a_wrong_first_config_is_outvoted(sess, clock):
+    wrong, a, b = config(16), config(32), config(64)
+    kernel = FakeKernel(clock, {wrong: 0.5, a: 2.0, b: 1.0}, wrong=[wrong])
+    options = {"configs": [wrong, a, b], "reference": None}
+    said = said_by(options)
+    entry = miss(sess, kernel, **options).run()
+    assert entry.best == b
+    candidates = {x.config: x for x in entry.candidates}
+    assert candidates[wrong].failure == "WRONG_RESULT"
+    assert "y: max abs error" in candidates[wrong].failure_detail
+    assert "2 of 3 configs agree" in candidates[wrong].failure_detail
+    assert candidates[a].ok and candidates[a].run_time_us == \
+        pytest.approx(2000.0)
+    assert [what for what, _ in said] == ["reference", "wrong"]
+
+
+class ScratchKernel(FakeKernel):
+    """y = 2 * x (3 * x for a config in `wrong`), and one partial sum of
+    y per block of BLOCK elements in `partials`: how many are written,
+    and what, depends on BLOCK."""
+
+    def __init__(self, clock, ms, wrong=()):
+        super().__init__(clock, ms, wrong=wrong)
+        self.partials = torch.zeros(64)
+
+    def run(self, config, after_kernel=None):
+        block = config.kwargs["BLOCK"]
+        self.partials.zero_()
+        super().run(config, None)
+        sums = self.y.reshape(-1, block).sum(dim=1)
+        self.partials[:sums.numel()] = sums
+        if after_kernel is not None:
+            self.first_runs.append(config)
+            after_kernel()
+
+    def launch(self):
+        return tuning.Launch(self.run, {"x": self.x, "y": self.y,
+                                        "partials": self.partials, "n": 64},
+                             make_setup=self.make_setup)
+
+
+def test_scratch_that_differs_by_config_keeps_every_config(sess, clock):
+    configs = [config(4), config(8), config(16), config(32), config(64)]
+    kernel = ScratchKernel(clock, {c: 5.0 - i for i, c in
+                                   enumerate(configs)})
+    options = {"configs": configs, "reference": None}
+    said = said_by(options)
+    tuning_ = miss(sess, kernel, **options)
+    entry = tuning_.run()
+    assert all(x.ok for x in entry.candidates)
+    assert entry.best == configs[-1]
+    assert tuning_.result.consensus.scratch == ("partials",)
+    assert [what for what, _ in said] == ["reference", "scratch"]
+    assert "into partials and no majority" in said[1][1]
+    # Each config: its first run and 3 timed; then the review: each run
+    # twice more (no comparison of every pair), and the 4 configs the
+    # first pass took for wrong timed as the first pass times.
+    assert kernel.launches == 5 * 4 + 2 * 5
+
+
+def test_configs_that_differ_only_in_launch_options_are_one_witness(sess,
+                                                                    clock):
+    # Three of four configs set BLOCK=32: they run one program, so their
+    # equal partial sums are no majority against BLOCK=16's.
+    configs = [config(16, 1), config(32, 2), config(32, 4), config(32, 8)]
+    kernel = ScratchKernel(clock, {})
+    tuning_ = miss(sess, kernel, configs=configs, reference=None,
+                   warn_once=lambda what, text: None)
+    entry = tuning_.run()
+    assert all(x.ok for x in entry.candidates)
+    assert tuning_.result.consensus.scratch == ("partials",)
+
+
+def test_a_real_output_is_still_judged_beside_scratch(sess, clock):
+    configs = [config(4), config(8), config(16), config(32)]
+    kernel = ScratchKernel(clock, {}, wrong=[configs[2]])
+    tuning_ = miss(sess, kernel, configs=configs, reference=None,
+                   warn_once=lambda what, text: None)
+    entry = tuning_.run()
+    failures = {x.config: x.failure for x in entry.candidates}
+    assert failures[configs[2]] == "WRONG_RESULT"
+    assert [c for c, f in failures.items() if f == "NONE"] == \
+        [configs[0], configs[1], configs[3]]
+    assert tuning_.result.consensus.scratch == ("partials",)
+    detail = next(x.failure_detail for x in entry.candidates
+                  if x.config == configs[2])
+    assert detail.startswith("y: ") and "3 of 4 configs agree" in detail
+
+
+def test_a_search_keeps_every_config_that_writes_scratch(sess, clock):
+    blocks = Space({"BLOCK": [2, 4, 8, 16, 32, 64]}, num_warps=(4,),
+                   num_stages=(2,))
+    kernel = ScratchKernel(clock, {})
+    tuning_ = miss(sess, kernel, space=blocks, search="evolutionary",
+                   budget=6, reference=None,
+                   warn_once=lambda what, text: None)
+    entry = tuning_.run()
+    assert len(entry.candidates) == 6
+    assert all(x.ok for x in entry.candidates)
+    assert tuning_.result.consensus.scratch == ("partials",)
+
+
+def test_a_config_that_fails_when_run_again_is_recorded_as_failed(sess,
+                                                                   clock):
+    configs = [config(4), config(8), config(16), config(32)]
+    flaky = configs[1]
+
+    class FlakyKernel(ScratchKernel):
+        runs = 0
+
+        def run(self, config_, after_kernel=None):
+            if config_ == flaky and after_kernel is not None:
+                self.runs += 1
+                if self.runs > 1:
+                    raise RuntimeError("launch failed the second time")
+            super().run(config_, after_kernel)
+
+    kernel = FlakyKernel(clock, {})
+    tuning_ = miss(sess, kernel, configs=configs, reference=None,
+                   warn_once=lambda what, text: None)
+    entry = tuning_.run()
+    failures = {x.config: x.failure for x in entry.candidates}
+    assert failures == {configs[0]: "NONE", flaky: "RUNTIME_ERROR",
+                        configs[2]: "NONE", configs[3]: "NONE"}
+    assert tuning_.result.consensus.scratch == ("partials",)
+
+
+def test_with_outputs_named_the_first_config_stays_the_reference(sess,
+                                                                 clock):
+    wrong, a, b = config(16), config(32), config(64)
+    kernel = FakeKernel(clock, {}, wrong=[wrong])
+    options = {"configs": [wrong, a, b], "reference": None,
+               "outputs": ["y"]}
+    said = said_by(options)
+    entry = miss(sess, kernel, **options).run()
+    assert entry.best == wrong
+    assert [what for what, _ in said] == ["reference"]
     assert "its first config that ran (BLOCK=16" in said[0][1]
 
 

@@ -10,7 +10,7 @@ import datetime
 import math
 import time
 
-from autotune.measure import backends, triton_cache
+from autotune.measure import backends, consensus, triton_cache
 from autotune.measure.selection import (DEFAULT_CONTEST, TuneResult,
                                         backend_of, select_winner)
 from autotune.errors import DeviceContextLostError, TritonCacheError, TuningError
@@ -278,29 +278,67 @@ class CandidateEvaluator:
         self._captured = self._capture()
 
     def _compare(self, actual):
-        import torch
         for name in sorted(set(actual) | set(self.expected)):
             if name not in self.expected:
                 return (f"{name}: changed by this config; the reference "
                         "left it as it was")
-            want, got = self.expected[name], actual[name]
-            if want.shape != got.shape:
-                return f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"
-            rtol, atol = default_tolerance(want.dtype)
-            rtol = self.rtol if self.rtol is not None else rtol
-            atol = self.atol if self.atol is not None else atol
-            if want.dtype.is_floating_point:
-                ok = torch.allclose(got, want, rtol=rtol, atol=atol,
-                                    equal_nan=True)
-            else:
-                ok = torch.equal(got, want)
-            if not ok:
-                err = (got.double() - want.double()).abs()
-                err = err[~torch.isnan(err)]
-                worst = err.max().item() if err.numel() else math.nan
-                return f"{name}: max abs error {worst:.3g} (rtol {rtol}, " \
-                       f"atol {atol})"
+            how = self.difference(name, self.expected[name], actual[name])
+            if how is not None:
+                return how
         return None
+
+    def difference(self, name, want, got):
+        """How the tensor `name` of one run (`got`) differs from `want`,
+        with the dtype's tolerance (or rtol=/atol=); None when they agree."""
+        import torch
+        if want.shape != got.shape:
+            return f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+        if torch.equal(got, want):
+            return None  # the usual answer, and cheaper than allclose
+        rtol, atol = default_tolerance(want.dtype)
+        rtol = self.rtol if self.rtol is not None else rtol
+        atol = self.atol if self.atol is not None else atol
+        if want.dtype.is_floating_point:
+            ok = torch.allclose(got, want, rtol=rtol, atol=atol,
+                                equal_nan=True)
+        else:
+            ok = torch.equal(got, want)
+        if ok:
+            return None
+        err = (got.double() - want.double()).abs()
+        err = err[~torch.isnan(err)]
+        worst = err.max().item() if err.numel() else math.nan
+        return f"{name}: max abs error {worst:.3g} (rtol {rtol}, " \
+               f"atol {atol})"
+
+    def outputs_of(self, config):
+        """What one run of `config` on restored arguments writes ({name:
+        tensor}, as the first pass captures it), with no check and no
+        timing: the consensus review's second look."""
+        self._restore()
+        self._captured = None
+        if self.user_setup is not None:
+            self.user_setup()
+        with backends.Watchdog(self.timeout_s, _overdue(self, config)):
+            self.launch_checked(config, self._after_kernel)
+            self.backend.synchronize()
+        return self._captured if self._captured is not None \
+            else self._capture()
+
+    def failure_of(self, config, exc):
+        """The failed Candidate of a run of `config` that raised `exc`
+        (a lost context or an unwritable Triton cache stops tuning)."""
+        if backends.corrupts_context(exc):
+            _stop_for_lost_context(self.name, config, exc)
+        _stop_for_unwritable_cache(exc)
+        return Candidate(config, 0.0, backends.classify_failure(exc),
+                         _detail(exc))
+
+    def judged_by_consensus(self):
+        """True when no reference= nor outputs= says what is right: the
+        first config that ran stood in for a reference, and the configs
+        are judged against each other (autotune.measure.consensus)."""
+        return self.reference_config is not None and self.outputs is None
 
     def precheck(self, configs):
         """Compiles the configs not checked yet for the target GPUs (all at
@@ -425,6 +463,8 @@ def run_candidates(evaluator, configs, tuner_name="exhaustive",
                 progress.measured(candidate, timing)
             if timing is not None:
                 timings[config] = timing
+        candidates, timings, review = judge_by_consensus(
+            evaluator, candidates, timings)
     finally:
         if screens:
             evaluator.first_share = 1.0
@@ -442,7 +482,31 @@ def run_candidates(evaluator, configs, tuner_name="exhaustive",
                         time.perf_counter() - start, tuner_name,
                         selection.reason)
     result.duels = selection.duels
+    result.consensus = review
     return result
+
+
+def judge_by_consensus(evaluator, candidates, timings):
+    """(candidates, timings, consensus.Review or None): where no
+    reference= nor outputs= says what is right and some config differed
+    from the first one, the configs are judged against what most of them
+    wrote (autotune.measure.consensus); a config found right is timed as
+    the first pass times. Candidates measured in a worker pool are looked
+    at again here, by the evaluator behind the pool."""
+    inner = getattr(evaluator, "evaluator", evaluator)
+    if not isinstance(inner, CandidateEvaluator) or \
+            not inner.judged_by_consensus() or \
+            not consensus.needs_review(candidates):
+        return candidates, timings, None
+
+    def time_candidate(config):
+        try:
+            timing = inner.retime(config, inner.first_share)
+        except Exception as e:  # classified as the first pass does
+            return inner.failure_of(config, e), None
+        return Candidate(config, timing.median_us), timing
+    review = consensus.review(inner, candidates, timings, time_candidate)
+    return review.candidates, review.timings, review
 
 
 def provenance_for(backend, result):

@@ -25,7 +25,6 @@ import os
 import sys
 import time
 import warnings
-import weakref
 
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
@@ -36,7 +35,8 @@ from autotune.errors import (AutotuneArgumentError, AutotuneError,
                              AutotuneWarning)
 from autotune.measure import tuner
 from autotune.records import Config
-from autotune.runtime import launch_record, offers, timing_request, tuning
+from autotune.runtime import (freshness, launch_record, offers,
+                              timing_request, tuning)
 from autotune.runtime import work as work_module
 from autotune.runtime.session import session
 
@@ -45,23 +45,11 @@ _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg",
                    "ir_override")
 
 
-# Every Autotuner of this process, for fingerprints_named.
-_DECORATED = weakref.WeakSet()
-
-
 def fingerprints_named(name):
     """Kernel fingerprints of the decorations of this process that tune
     under `name`: two functions of one name (in two modules) share cache
     entries' kernel name, not their fingerprints."""
-    found = set()
-    for tuner_ in list(_DECORATED):
-        if tuner_.name != name:
-            continue
-        try:
-            found.add(tuner_.fingerprint)
-        except Exception:  # noqa: BLE001 -- a kernel without source
-            continue
-    return found
+    return set(freshness.functions_named(name))
 
 
 def _notify_listener(fn, key, best_config, configs_timings, duration,
@@ -340,7 +328,7 @@ class Autotuner(TritonAutotuner):
         self._launches = None
         self._session = None
         self._warned = set()
-        _DECORATED.add(self)
+        freshness.note_decorated(self)
 
     def _set_hooks(self, pre_hook, post_hook):
         """Triton's hooks: a user hook replaces the default one, which

@@ -10,10 +10,21 @@ offered, stored candidates an update could not write back, a version
 drift under strict matching. A miss without one is classified against the
 loaded results files (LoadedIndex): the kernel changed, the key format
 changed, the fusion is tuned for other devices only, or it is missing.
+
+Same-named kernels: a cache entry names its kernel by the name it tunes
+under (the function's name unless name= says otherwise), so two functions
+of one name and signature (a test-local copy of a library kernel) share
+its fusions. An entry of another fingerprint is the same kernel edited
+only where nothing says it is another function: its compile requests
+(recorded by the run that wrote it) name the function it was tuned for,
+"module:qualname", and the decorations of this process say which
+function holds each fingerprint (other_kernel).
 """
 import collections
 import re
+import weakref
 
+from autotune import unwrap
 from autotune.cache import update as cache_update
 from autotune.records import major_minor, tuned_with_triton
 from autotune.runtime import offers
@@ -120,7 +131,11 @@ class LoadedIndex:
         """Why no loaded entry answered `key` (one of MISS_REASONS)."""
         if not self.loaded:
             return MISSING
-        found = self.by_fusion.get((key.kernel, key.signature), ())
+        function = function_for(key)
+        # Entries of another function of this name are not this kernel's.
+        found = [k for k in self.by_fusion.get((key.kernel, key.signature),
+                                               ())
+                 if other_kernel(self.loaded[k], function) is None]
         if any(k.device == key.device and k.fingerprint != key.fingerprint
                for k in found):
             return KERNEL_CHANGED
@@ -133,10 +148,96 @@ class LoadedIndex:
 
     def stale(self, keys):
         """{key: the loaded fingerprint} of the keys whose kernel
-        changed."""
+        changed (not those the cache holds only for another function of
+        the same name)."""
         wanted = {(k.device, k.kernel, k.signature): k for k in keys}
-        return {wanted[(k.device, k.kernel, k.signature)]: k.fingerprint
-                for k in self.loaded
-                if (k.device, k.kernel, k.signature) in wanted
-                and k.fingerprint != wanted[(k.device, k.kernel,
-                                             k.signature)].fingerprint}
+        stale = {}
+        for k in self.loaded:
+            mine = wanted.get((k.device, k.kernel, k.signature))
+            if mine is None or k.fingerprint == mine.fingerprint:
+                continue
+            if other_kernel(self.loaded[k], function_for(mine)) is None:
+                stale[mine] = k.fingerprint
+        return stale
+
+
+# The decorations of this process (each autotuner registers itself): which
+# Python function holds a kernel name and fingerprint.
+_DECORATED = weakref.WeakSet()
+
+
+def note_decorated(kernel):
+    """Registers a decoration (an autotune.Autotuner) of this process."""
+    _DECORATED.add(kernel)
+
+
+def function_of(kernel):
+    """"module:qualname" of the Python function a kernel object wraps (as
+    compile requests name it), or None."""
+    try:
+        fn = unwrap.python_function(kernel)
+        return f"{fn.__module__}:{fn.__qualname__}"
+    except Exception:  # noqa: BLE001 -- an object that wraps no function
+        return None
+
+
+def functions_named(name):
+    """{fingerprint: "module:qualname" (None where unknown)} of the
+    decorations of this process that tune under `name`."""
+    found = {}
+    for kernel in list(_DECORATED):
+        if getattr(kernel, "name", None) != name:
+            continue
+        try:
+            fingerprint = kernel.fingerprint
+        except Exception:  # noqa: BLE001 -- a kernel without source
+            continue
+        if found.get(fingerprint) is None:
+            found[fingerprint] = function_of(kernel)
+    return found
+
+
+def tuned_functions(entry):
+    """The functions ("module:qualname") an entry's compile requests say
+    it was tuned for; empty when it records none (a run that wrote no
+    requests, or a cache older than them)."""
+    try:
+        requests = entry.compile_requests
+    except Exception:  # noqa: BLE001 -- undecodable: says nothing
+        return set()
+    return {r.kernel for r in requests if ":" in r.kernel}
+
+
+def same_function(a, b):
+    """Whether two "module:qualname" name one function: the same qualname
+    in the same module, where a file run as a script (__main__) or
+    imported under a longer package path (pytest's import modes) is the
+    same module."""
+    module_a, _, qualname_a = a.partition(":")
+    module_b, _, qualname_b = b.partition(":")
+    if qualname_a != qualname_b:
+        return False
+    if "__main__" in (module_a, module_b) or module_a == module_b:
+        return True
+    return module_a.endswith("." + module_b) or \
+        module_b.endswith("." + module_a)
+
+
+def other_kernel(entry, function):
+    """The function ("module:qualname") an entry was tuned for, where that
+    is not `function` (the kernel looked up): the entry is another kernel
+    of the same name, not this one before an edit. None when it is this
+    kernel or nothing says (the entry records no function, or `function`
+    is unknown)."""
+    if function is None:
+        return None
+    tuned = tuned_functions(entry)
+    if not tuned or any(same_function(t, function) for t in tuned):
+        return None
+    return sorted(tuned)[0]
+
+
+def function_for(key):
+    """"module:qualname" of the decoration of this process that holds
+    `key`'s kernel name and fingerprint, or None."""
+    return functions_named(key.kernel).get(key.fingerprint)

@@ -69,7 +69,8 @@ class TuningOptions:
 
     configs: the candidate configs (pruned); None when `space` is given.
     reference: callable(**named) writing the expected outputs, or None
-    (the first config that runs is the reference).
+    (the configs are judged against each other:
+    autotune.measure.consensus).
     warn_once(what, text): an AutotuneWarning once per kernel (the
     decorator's), or None for one per miss.
     clock: counts the seconds of time_budget_s (None: the search's own).
@@ -342,7 +343,9 @@ class Tuning:
             evaluator, opts.space, budget=budget, seed=opts.seed,
             seeds=first, pool=pool, time_budget_s=opts.time_budget_s,
             progress=progress, clock=clock)
-        return selection.reselect(evaluator, result, incumbent), progress
+        selected = selection.reselect(evaluator, result, incumbent)
+        selected.consensus = getattr(result, "consensus", None)
+        return selected, progress
 
 
     # -- what it says and records ---------------------------------------
@@ -361,10 +364,28 @@ class Tuning:
         if opts.reference is not None or len(result.candidates) < 2:
             return
         if evaluator.reference_config is not None:
-            self._warn_once("reference", (
-                f"autotune: {opts.name} has no reference=: its first "
-                f"config that ran ({evaluator.reference_config.short()}) "
-                "is the reference the other candidates are checked against"))
+            if isinstance(evaluator, tuner.CandidateEvaluator) and \
+                    evaluator.judged_by_consensus():
+                self._warn_once("reference", (
+                    f"autotune: {opts.name} has no reference=: its configs "
+                    "are checked against each other (one whose outputs "
+                    "differ from what most of them wrote is dropped as a "
+                    "wrong result)"))
+            else:
+                self._warn_once("reference", (
+                    f"autotune: {opts.name} has no reference=: its first "
+                    f"config that ran "
+                    f"({evaluator.reference_config.short()}) is the "
+                    "reference the other candidates are checked against"))
+        review = getattr(result, "consensus", None)
+        if review is not None and review.scratch:
+            self._warn_once("scratch", (
+                f"autotune: {opts.name}: its configs wrote different "
+                f"values into {', '.join(review.scratch)} and no majority "
+                "of them agrees: taken for scratch space whose contents "
+                "depend on the config, not compared, and no config was "
+                "dropped for it. Name the real outputs with outputs=[...] "
+                "(and give reference=) to have them checked"))
         wrong = [c for c in result.candidates if c.failure == "WRONG_RESULT"]
         if wrong and opts.outputs is None:
             self._warn_once("wrong", (
@@ -423,12 +444,23 @@ def tune_with_search(evaluator, space, budget=None, seed=0, seeds=(),
         result = search.run(measure)
     else:
         result = search.run(measure_many=measure_many)
-    evaluator.finish()
     candidates = [Candidate(m.config, m.time or 0.0, m.failure, m.detail)
                   for m in result.measurements]
-    if result.best is None:
+    timings = {m.config: m.timing for m in result.measurements
+               if m.timing is not None}
+    # Without reference= nor outputs=, the configs measured are judged
+    # against each other, as an exhaustive tuning's are.
+    candidates, timings, review = tuner.judge_by_consensus(
+        evaluator, candidates, timings)
+    evaluator.finish()
+    ran = [c for c in candidates if c.ok]
+    if not ran:
         raise tuner.no_config_ran(candidates)
-    best = next(c for c in candidates if c.config == result.best.config)
-    spread = result.best.timing.spread if result.best.timing else 0.0
-    return selection.TuneResult(candidates, best, spread, result.seconds,
-                                "evolutionary")
+    best = min(ran, key=lambda c: c.run_time_us) if review is not None \
+        else next(c for c in candidates if c.config == result.best.config)
+    timing = timings.get(best.config)
+    spread = timing.spread if timing is not None else 0.0
+    out = selection.TuneResult(candidates, best, spread, result.seconds,
+                               "evolutionary")
+    out.consensus = review
+    return out
