@@ -28,6 +28,7 @@ a GPU runner. Prints one JSON object.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,7 +61,7 @@ def _stub_libcuda(folder):
 def measure(stub=False):
     """{what: figure} of building Triton's per-process modules in the
     current TRITON_CACHE_DIR."""
-    import triton
+    import triton  # heavy: in the measuring process only
     from triton.runtime import build
 
     builds = []
@@ -139,7 +140,6 @@ def cold_and_kept(python=None, stub=False, timeout=120):
     """The figures of two fresh processes sharing one new cache folder:
     (cold, kept) dicts, as every test process pays without a kept Triton
     cache and with one."""
-    import shutil
     python = python or sys.executable
     folder = tempfile.mkdtemp(prefix="per-process-builds.")
     env = dict(os.environ)

@@ -50,6 +50,8 @@ when any check FAILs, else 0.
 """
 import argparse
 import dataclasses
+import inspect
+import logging
 import os
 import re
 import shutil
@@ -60,9 +62,11 @@ import tempfile
 import time
 import warnings
 
+from autotune import log as logs
 from autotune.errors import AutotuneError, DeviceLockError
 from autotune.log import printable
-from autotune.measure import compile_check, lock_files, stamp, triton_cache
+from autotune.measure import (backends, compile_check, lock_files, stamp,
+                              triton_cache)
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 DOCS = "docs/gpu-runners.md"
@@ -147,8 +151,6 @@ def _triton_ptxas(arch):
     the installed Triton: its get_ptxas runs with its knobs watched, and
     the variable is the key of the knob it read. variable is "" when this
     Triton reads none."""
-    import inspect
-
     from triton.backends.nvidia import compiler  # heavy
     watched = _KnobReads(compiler.knobs)
     compiler.knobs = watched
@@ -199,7 +201,6 @@ class Machine:
     def stamp_fields(self):
         if self.running_stamp is not None:
             return self.running_stamp()
-        from autotune.measure import backends
         return stamp.fields_of(backends.select_backend())
 
     def which(self, name):
@@ -828,13 +829,11 @@ def _serving_verdict(root):
     """(served, reason) for one compiled-kernel directory: whether this
     process's launches would be served from it, by the runtime's own
     check (triton_cache.usable_root, whose refusal is its log line)."""
-    import logging
     heard = []
 
     class _Heard(logging.Handler):
         def emit(self, record):
             heard.append(record.getMessage())
-    from autotune import log as logs
     logger = logs.get("runtime")
     handler = _Heard()
     logger.addHandler(handler)
