@@ -1,7 +1,7 @@
 """The GPU runner doctor: what a GPU test needs, checked where it runs.
 
     bazel test @rules_autotune//tools:gpu_doctor_test --test_output=all
-    python3 -m autotune.cli.doctor [--compiled_kernels DIR]
+    python3 -m autotune.cli.doctor [--client_env=TEXT] [--compiled_kernels DIR]
     autotune_cache doctor
 
 Inside `bazel test` it sees what a `gpu_autotuned_test` sees: the same
@@ -39,7 +39,9 @@ warn, FAIL, skip), what was found and, where something is wrong, the fix
 - `runner_stamp`: AUTOTUNE_RUNNER_STAMP against this process (the field
   that differs: a stale stamp fails every GPU test);
 - `compiled`: with --compiled_kernels, whether this process would be
-  served from those directories (their build identity against its own);
+  served from those directories, by the runtime's own check of their
+  manifest against this process (triton_cache.usable_root, called in one
+  place: _serving_verdict);
 - `kernel`: one tiny kernel compiled for the local GPU's target (sm_90
   without a GPU, with the ptxas Triton would use) and, on a GPU, launched
   and its result checked.
