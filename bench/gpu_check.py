@@ -1247,7 +1247,7 @@ def markdown(report):
         builds = res.get("per_process_builds", {}) if name == "preflight" \
             else {}
         if builds:
-            lines += [f"Per-process builds: {builds.get('line') or builds}",
+            lines += [builds.get("line") or f"Per-process builds: {builds}",
                       ""]
         if name == "side_by_side":
             firsts = ", ".join(f"{k}: {r.get('first')} first"

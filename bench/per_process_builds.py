@@ -2,6 +2,7 @@
 CUDA driver, and what a kept Triton cache saves of it.
 
     python bench/per_process_builds.py [--stub] [--cache DIR]
+    python bench/per_process_builds.py [--stub] --cold_and_kept
 
 Triton builds its `cuda_utils` module (driver.c) the first time a process
 starts the CUDA driver and, on Triton 3.6, one `__triton_launcher` module
@@ -129,7 +130,15 @@ def main(argv=None):
                         "libcuda.so.1, do not load the modules")
     parser.add_argument("--cache", default=None,
                         help="Triton's cache folder (TRITON_CACHE_DIR)")
+    parser.add_argument("--cold_and_kept", action="store_true",
+                        help="measure in two fresh processes sharing one "
+                        "new cache folder, and print the GPU check's line")
     args = parser.parse_args(argv)
+    if args.cold_and_kept:
+        cold, kept = cold_and_kept(stub=args.stub)
+        print(json.dumps({"cold": cold, "kept": kept}))
+        print(summary_line(cold, kept))
+        return 0
     if args.cache:
         os.environ["TRITON_CACHE_DIR"] = args.cache
     print(json.dumps(measure(stub=args.stub)))

@@ -415,3 +415,25 @@ def test_a_triton_older_than_the_floor_is_one_line(tmp_path):
     assert proc.stderr.strip() == (
         "gpu_check: Triton 3.2.0 is older than 3.6, the oldest this project "
         "supports (pyproject.toml)")
+
+
+def test_per_process_builds_are_measured_cold_and_kept():
+    """Triton's own cuda_utils (and, on Triton 3.6, launcher) builds in a
+    fresh process, then none in a second one given the first's cache."""
+    import triton
+    from triton.backends.nvidia import driver
+
+    import per_process_builds
+    cold, kept = per_process_builds.cold_and_kept(stub=True)
+    assert cold["triton"] == triton.__version__
+    assert cold["cuda_utils_builds"] == 1 and cold["cuda_utils_build_s"] > 0
+    # Triton 3.6 builds a launcher per signature; 3.9 launches through
+    # cuda_utils.
+    launchers = len(per_process_builds.LAUNCH_SIGNATURES) if hasattr(
+        driver, "make_launcher") else 0
+    assert cold["launcher_builds"] == launchers
+    assert kept["cuda_utils_builds"] + kept["launcher_builds"] == 0
+    assert kept["build_s"] == 0
+    line = per_process_builds.summary_line(cold, kept)
+    assert line.startswith(f"per-process builds (Triton {triton.__version__}")
+    assert line.endswith("with one, 0 builds, 0.00 s")
