@@ -1124,7 +1124,8 @@ def section_compiled(out, dry_run, env):
     out["load_without_compiled"] = run_suite(load, "without")
     with_compiled = out["load_with_compiled"] = run_suite(
         f"{load} --autotune_compiled_kernels={compiled}", "with")
-    out.update(compiled_counts(with_compiled, dry_run))
+    for key, value in compiled_counts(with_compiled, dry_run).items():
+        out[key] = value  # each written to the section's results at once
     log(f"compiled: served {out['served']}, compiled {out['compiled']} in "
         "the load run with compiled kernels")
     out["ok"] = out["compile"]["ok"] and all(
