@@ -45,6 +45,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 # (name, budget seconds) on one H200 with a 16-core host, each next to the
 # estimate it is the budget of. Estimates: a fresh Python with torch and
@@ -66,14 +67,17 @@ SECTIONS = [
     # imports 6 s + the runner doctor's checks (one compile, gcc on a
     # file including Python.h: 2 s) + CUDA 2 s + one compile 1 s + the
     # device lock check (free: 0 s): about 12 s.
-    ("preflight", 25),
+    # ... and the per-process builds, cold then with a kept cache (two
+    # fresh processes importing Triton, 2-3 s each; cuda_utils 0.7 s of
+    # gcc and, on Triton 3.6, two launchers 0.4-0.7 s each): 8 s more.
+    ("preflight", 35),
     # pytest start 6 s; the GPU test files (GPU_TESTS) tune tiny kernels
     # with small config lists: about 40 compiles of tiny kernels, 0.2-0.8 s
     # each (20 s), the drop-in API in process, one drop-in round trip (two
     # processes of 6 s start-up and their compiles: 20 s): 40-60 s, leaving
     # 30 s of the budget (five files with five round trips and the CPU-side
     # compile checks took 80-120 s).
-    ("tests", 90),
+    ("tests", 80),
     # two example tests cold (tunes, compiles ahead in 8 jobs) and warm
     # (loads): four processes of 6 s start-up, the cold matmul fusions
     # compile about 20 configs in 8 jobs (about 1 s each: 3-5 s a fusion
@@ -146,7 +150,8 @@ SELECTION_RULE = (
 # Every figure the report names, by section (tests/test_gpu_check.py reads
 # this list against a dry run's report).
 FIGURES = {
-    "preflight": ["doctor", "device_key", "launch_seconds"],
+    "preflight": ["doctor", "device_key", "launch_seconds",
+                  "per_process_builds"],
     "tests": ["summary", "ok"],
     "suite": ["cold", "warm"],
     "side_by_side": ["cold_tuning_s", "compile_share", "hit_overhead_us",
@@ -156,7 +161,7 @@ FIGURES = {
     "compile_jobs": ["cold_tuning_s_1_job", "cold_tuning_s_all_jobs",
                      "jobs"],
     "compiled": ["target", "compile", "load_without_compiled",
-                 "load_with_compiled"],
+                 "load_with_compiled", "served", "compiled"],
 }
 
 
@@ -462,10 +467,6 @@ def _device_lock_free(backend, timeout_s):
 
 
 def section_preflight(out, dry_run, env):
-    import google.protobuf
-    import torch
-    import triton
-
     from autotune.cli import doctor
     from autotune.measure import backends
     # The GPU runner doctor's checks first, its lines in the report: a
@@ -480,16 +481,54 @@ def section_preflight(out, dry_run, env):
     out["device_key"] = backend.device_key()
     out["device_lock_wait_s"] = _device_lock_free(backend,
                                                   DEVICE_LOCK_TIMEOUT_S)
-    out["versions"] = {
-        "python": platform.python_version(), "torch": torch.__version__,
-        "triton": triton.__version__,
-        "protobuf": google.protobuf.__version__,
-        "cuda": torch.version.cuda or "",
-        "gpu": torch.cuda.get_device_name() if not dry_run else ""}
-
+    out["versions"] = versions(dry_run)
     out["launch_seconds"] = round(warm_up(dry_run), 2)
+    # What every test process compiles with gcc (Triton's cuda_utils and,
+    # on 3.6, a launcher per kernel signature), without and with a kept
+    # Triton cache (docs/gpu-runners.md#a-persistent-triton-cache).
+    import per_process_builds
+    try:
+        cold, kept = per_process_builds.cold_and_kept(
+            stub=dry_run or not _driver_here(), timeout=30)
+        out["per_process_builds"] = {
+            "what": "seconds of the C compiler in one fresh test process "
+                    "(Triton's own builds), cold and with the first "
+                    "process's Triton cache kept",
+            "cold": cold, "kept": kept,
+            "line": per_process_builds.summary_line(cold, kept)}
+        log(out["per_process_builds"]["line"])
+    except Exception as e:  # a figure, not a gate
+        out["per_process_builds"] = {"error": f"{type(e).__name__}: {e}"}
     out["compile_listener"] = _compile_listener_available()
     out["ok"] = True
+
+
+def _driver_here():
+    return os.path.exists("/proc/driver/nvidia/version") or \
+        shutil.which("nvidia-smi") is not None
+
+
+def versions(dry_run=True):
+    """{package: version} of what this check runs with, "" for one that
+    is missing; the driver from nvidia-smi where it answers."""
+    import importlib.metadata
+    found = {"python": platform.python_version()}
+    for name, dist in (("torch", "torch"), ("triton", "triton"),
+                       ("protobuf", "protobuf"), ("numpy", "numpy"),
+                       ("absl-py", "absl-py"), ("pytest", "pytest")):
+        try:
+            found[name] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = ""
+    from autotune.measure import stamp
+    found["driver"] = stamp.driver_version()
+    try:
+        import torch
+        found["cuda"] = torch.version.cuda or ""
+        found["gpu"] = torch.cuda.get_device_name() if not dry_run else ""
+    except Exception:  # torch missing or without a GPU: said by preflight
+        found.setdefault("cuda", "")
+    return found
 
 
 def section_tests(out, dry_run, env):
@@ -1061,16 +1100,26 @@ def section_compiled(out, dry_run, env):
         run_env = dict(env, TRITON_CACHE_DIR=cache_dir,
                        TEST_UNDECLARED_OUTPUTS_DIR=outputs,
                        AUTOTUNE_FLAGS=flags, **triton_env)
+        before = _counted_here()
         start = time.perf_counter()
         proc = run_group([sys.executable, example], cwd=ROOT, env=run_env)
+        counts = _counts_since(before)
         result = {"ok": proc.returncode == 0,
                   "wall_seconds": round(time.perf_counter() - start, 2),
-                  "binaries_compiled": _binaries_in(cache_dir)}
+                  # The run's Triton cache folder starts empty: a binary
+                  # there was compiled by this run.
+                  "binaries_compiled": _binaries_in(cache_dir),
+                  # Triton compile() calls of the run (its listener): a
+                  # hit was found on disk (with compiled kernels: served
+                  # from them), a miss compiled.
+                  "compile_calls_compiled": counts["compiled"],
+                  "compile_calls_found_on_disk": counts["found_on_disk"]}
         if not result["ok"]:
             print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
         log(f"{label}: {'ok' if result['ok'] else 'FAILED'}, "
             f"{result['wall_seconds']} s, {result['binaries_compiled']} "
-            "binaries compiled")
+            f"binaries compiled, compile() calls: {counts['compiled']} "
+            f"compiled, {counts['found_on_disk']} found on disk")
         return result
 
     tuned = run_suite(f"--dump_autotune_results_to={cache}", "tune")
@@ -1100,10 +1149,35 @@ def section_compiled(out, dry_run, env):
     load = (f"--load_autotune_results_from={cache} "
             "--require_complete_autotune_results")
     out["load_without_compiled"] = run_suite(load, "without")
-    out["load_with_compiled"] = run_suite(
+    with_compiled = out["load_with_compiled"] = run_suite(
         f"{load} --autotune_compiled_kernels={compiled}", "with")
+    for key, value in compiled_counts(with_compiled, dry_run).items():
+        out[key] = value  # each written to the section's results at once
+    log(f"compiled: served {out['served']}, compiled {out['compiled']} in "
+        "the load run with compiled kernels")
     out["ok"] = out["compile"]["ok"] and all(
-        out[k]["ok"] for k in ("load_without_compiled", "load_with_compiled"))
+        out[k]["ok"] for k in ("load_without_compiled", "load_with_compiled")
+    ) and out["compiled_nothing"]
+
+
+def compiled_counts(with_compiled, dry_run):
+    """The compiled section's verdict from the load run given compiled
+    kernels: what it was served and what it compiled. It holds only when
+    that run compiled nothing (and, on a GPU, was served something)."""
+    served = with_compiled["compile_calls_found_on_disk"]
+    compiled = max(with_compiled["binaries_compiled"],
+                   with_compiled["compile_calls_compiled"] or 0)
+    return {
+        "served": served, "compiled": compiled,
+        "compiled_nothing": compiled == 0 and (dry_run or bool(served)),
+        "counts_mean": (
+            "served: Triton compile() calls of the load run with compiled "
+            "kernels that found their binary on disk (its Triton cache "
+            "starts empty, so in the compiled kernels); compiled: binaries "
+            "that run compiled (the most of its new binaries and its "
+            "compile() misses)" + (
+                "; on the interpreter nothing is compiled or served, so "
+                "both are 0" if dry_run else ""))}
 
 
 def _tune_example(dry_run):
@@ -1198,6 +1272,11 @@ def markdown(report):
         if name == "preflight" and res.get("doctor"):
             lines += ["The GPU runner doctor (docs/gpu-runners.md):", "",
                       "```"] + res["doctor"] + ["```", ""]
+        builds = res.get("per_process_builds", {}) if name == "preflight" \
+            else {}
+        if builds:
+            lines += [builds.get("line") or f"Per-process builds: {builds}",
+                      ""]
         if name == "side_by_side":
             firsts = ", ".join(f"{k}: {r.get('first')} first"
                                for k, r in res.get("kernels", {}).items())
@@ -1257,10 +1336,10 @@ def markdown(report):
             lines += _timing_lines(res.get("timing_calls", {}))
             continue
         for key in FIGURES.get(name, []):
-            if key in res and key != "doctor":
+            if key in res and key not in ("doctor", "per_process_builds"):
                 lines.append(f"- {key}: {_cell(res[key])}")
         for key in sorted(set(res) - set(FIGURES.get(name, []))):
-            if key not in ("versions", "doctor"):
+            if key not in ("versions", "doctor", "per_process_builds"):
                 lines.append(f"- {key}: {_cell(res[key])}")
     lines += ["", f"Total: {report['seconds']} s of {report['limit_s']} s; "
               f"ok: {report['ok']}", ""]

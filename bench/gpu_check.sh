@@ -6,8 +6,11 @@
 #
 #   bash bench/gpu_check.sh [--dry-run] [--sections a,b]
 #
-# Python packages the machine lacks (absl-py, protobuf, pytest) are installed
-# from bench/wheels/ into a temporary directory, never into the system.
+# It prints the versions it found first. It runs with the machine's own
+# packages: Triton 3.6 or newer, torch, absl-py, protobuf, pytest and NumPy
+# installed are all it needs (no wheels carried). Only where one of them is
+# missing and bench/wheels/ holds it is it installed from there into a
+# temporary directory, never into the system.
 # --dry-run runs the same steps on Triton's interpreter (CI, no GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +22,32 @@ case " $* " in
   *) LIMIT_S="${GPU_CHECK_LIMIT_S:-300}" ;;
 esac
 export GPU_CHECK_LIMIT_S="$LIMIT_S"
+
+# The versions found, first: what the report's figures were measured with.
+"$PYTHON" - <<'PY' || true
+import importlib.metadata
+import platform
+import shutil
+import subprocess
+found = [("python", platform.python_version())]
+for dist in ("torch", "triton", "protobuf", "numpy", "absl-py", "pytest"):
+    try:
+        found.append((dist, importlib.metadata.version(dist)))
+    except importlib.metadata.PackageNotFoundError:
+        found.append((dist, "missing"))
+driver = "none (no nvidia-smi)"
+if shutil.which("nvidia-smi"):
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,name",
+             "--format=csv,noheader"], capture_output=True, text=True,
+            timeout=30).stdout.strip().splitlines()[0]
+    except Exception as e:
+        driver = f"nvidia-smi failed ({type(e).__name__})"
+found.append(("driver", driver))
+print("gpu_check: versions: " + ", ".join(f"{k} {v}" for k, v in found),
+      flush=True)
+PY
 
 missing="$("$PYTHON" - <<'PY'
 import importlib.util
@@ -35,6 +64,28 @@ for module, package in need.items():
 print(" ".join(missing))
 PY
 )"
+# The oldest Triton the project supports: the floor pyproject.toml declares.
+if ! "$PYTHON" - <<'PY'
+import importlib.metadata
+import re
+import sys
+try:
+    version = importlib.metadata.version("triton")
+except importlib.metadata.PackageNotFoundError:
+    sys.exit(0)  # said below, with the other missing packages
+with open("pyproject.toml") as f:
+    floor = re.search(r'"triton>=([0-9.]+)', f.read())
+def parts(text):
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+if floor and parts(version) < parts(floor.group(1)):
+    print(f"gpu_check: Triton {version} is older than {floor.group(1)}, the "
+          "oldest this project supports (pyproject.toml)", file=sys.stderr)
+    sys.exit(2)
+PY
+then
+  exit 2
+fi
+
 if [ -n "$missing" ]; then
   if [ -d bench/wheels ]; then
     site="$(mktemp -d)"
@@ -43,7 +94,7 @@ if [ -n "$missing" ]; then
       --target "$site" $missing
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
   else
-    echo "gpu_check: missing python packages: $missing (put their wheels in bench/wheels/)" >&2
+    echo "gpu_check: missing python packages: $missing (install them, or put their wheels in bench/wheels/)" >&2
     exit 2
   fi
 fi

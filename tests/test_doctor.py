@@ -49,8 +49,11 @@ def machine(tmp_path, gpus=(), driver=None, nodes=(), environ=None, **kw):
         smi_driver=lambda: "",
         gpus=gpus if callable(gpus) else (lambda: list(gpus)),
         torch_build=lambda: ("2.13.0", "12.8" if gpus or driver else None),
+        # Triton 3.9's rule, as a stand-in (the real one: _triton_ptxas).
         ptxas=lambda arch: (f"/wheel/bin/ptxas{'-blackwell' * (arch >= 90)}",
-                            "13.4" if arch >= 90 else "12.9"),
+                            "13.4" if arch >= 90 else "12.9",
+                            "TRITON_PTXAS_BLACKWELL_PATH" if arch >= 90
+                            else "TRITON_PTXAS_PATH"),
         ldconfig=str(_script(where, "ldconfig", "")))
     defaults.update(kw)
     return doctor.Machine(**defaults)
@@ -289,7 +292,8 @@ def test_an_r580_driver_runs_it(tmp_path):
 
 def test_an_older_ptxas_for_the_older_driver_passes(tmp_path):
     m = machine(tmp_path, gpus=[H200], driver=DRIVER_570,
-                ptxas=lambda arch: ("/usr/local/cuda-12.8/bin/ptxas", "12.8"),
+                ptxas=lambda arch: ("/usr/local/cuda-12.8/bin/ptxas", "12.8",
+                                    "TRITON_PTXAS_BLACKWELL_PATH"),
                 environ={"TRITON_PTXAS_BLACKWELL_PATH":
                          "/usr/local/cuda-12.8/bin/ptxas"})
     line = run(doctor.check_driver_ptxas, m)
@@ -319,16 +323,92 @@ def test_the_driver_version_from_nvidia_smi_without_the_proc_file(tmp_path):
     assert line.status == "FAIL" and "575.51.03" in line.found
 
 
-def test_the_ptxas_triton_uses_is_asked_of_triton(tmp_path):
+# Triton 3.6 builds sm_90 with bin/ptxas (CUDA 12.8; TRITON_PTXAS_PATH)
+# and only sm_100+ with ptxas-blackwell; Triton 3.9 builds sm_90+ with
+# ptxas-blackwell (CUDA 13; TRITON_PTXAS_BLACKWELL_PATH).
+TRITON_36_RULE = lambda arch: (  # noqa: E731
+    f"/wheel/bin/ptxas{'-blackwell' * (arch >= 100)}",
+    "12.9" if arch >= 100 else "12.8",
+    "TRITON_PTXAS_BLACKWELL_PATH" if arch >= 100 else "TRITON_PTXAS_PATH")
+
+
+def test_the_ptxas_triton_uses_is_asked_of_triton(tmp_path, monkeypatch):
+    """Whatever the installed Triton's rule: the variable the doctor names
+    is the one that moves Triton to another ptxas, and no other does."""
+    import triton
     ptxas = _script(tmp_path, "ptxas", "Cuda compilation tools, release "
                     "12.8, V12.8.93")
-    path, release = doctor._triton_ptxas(90)
-    assert path.endswith("ptxas-blackwell") and release.startswith("13.")
-    os.environ["TRITON_PTXAS_BLACKWELL_PATH"] = str(ptxas)
-    try:
-        assert doctor._triton_ptxas(90) == (str(ptxas), "12.8")
-    finally:
-        del os.environ["TRITON_PTXAS_BLACKWELL_PATH"]
+    for name in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    for arch in (80, 90, 100):
+        path, release, variable = doctor._triton_ptxas(arch)
+        assert os.path.isfile(path) and release[:2].isdigit(), path
+        assert variable in ("TRITON_PTXAS_PATH",
+                            "TRITON_PTXAS_BLACKWELL_PATH")
+        for name in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
+            monkeypatch.setenv(name, str(ptxas))
+            moved = doctor._triton_ptxas(arch)
+            monkeypatch.delenv(name)
+            assert (moved[:2] == (str(ptxas), "12.8")) == (name == variable), \
+                (arch, name, variable, moved)
+    major_minor = tuple(int(x) for x in triton.__version__.split(".")[:2])
+    expected_90 = "TRITON_PTXAS_PATH" if major_minor < (3, 7) else \
+        "TRITON_PTXAS_BLACKWELL_PATH"
+    assert doctor.ptxas_variable(90) == expected_90
+    assert doctor.ptxas_variable(80) == "TRITON_PTXAS_PATH"
+    assert doctor.ptxas_variable(100) == "TRITON_PTXAS_BLACKWELL_PATH"
+
+
+def test_under_triton_36s_rule_the_advice_is_36s(tmp_path):
+    """A runner on Triton 3.6 with an R570 driver: sm_90 is built by
+    bin/ptxas, TRITON_PTXAS_PATH moves it; TRITON_PTXAS_BLACKWELL_PATH,
+    3.9's variable, is named as unread."""
+    m = machine(tmp_path, gpus=[H200], driver=DRIVER_570,
+                ptxas=TRITON_36_RULE)
+    line = run(doctor.check_driver_ptxas, m)
+    assert line.status == "ok", line  # CUDA 12.8 on R570
+    assert "ptxas /wheel/bin/ptxas (CUDA 12.8, from Triton's wheel) for " \
+        "sm_90" in line.found
+    m = machine(tmp_path, gpus=[H200], driver=DRIVER_570,
+                ptxas=lambda arch: ("/opt/cuda-12.4/bin/ptxas", "12.4",
+                                    "TRITON_PTXAS_PATH"),
+                environ={"TRITON_PTXAS_PATH": "/opt/cuda-12.4/bin/ptxas"})
+    line = run(doctor.check_driver_ptxas, m)
+    assert line.status == "ok", line
+    assert "from TRITON_PTXAS_PATH=/opt/cuda-12.4/bin/ptxas" in line.found
+    m = machine(tmp_path, gpus=[H200], driver=DRIVER_570,
+                ptxas=TRITON_36_RULE, environ={
+                    "TRITON_PTXAS_BLACKWELL_PATH": "/opt/cuda/bin/ptxas"})
+    line = run(doctor.check_driver_ptxas, m)
+    assert line.status == "warn", line
+    assert "TRITON_PTXAS_BLACKWELL_PATH is set, but this Triton does not " \
+        "read it for sm_90" in line.found
+    assert line.fix.startswith("set TRITON_PTXAS_PATH instead"), line
+    # A driver older than the ptxas: the fix names 3.6's variable only.
+    m = machine(tmp_path, gpus=[("NVIDIA B200", (10, 0))],
+                driver=DRIVER_570.replace("570.86.15", "520.61.05"),
+                ptxas=TRITON_36_RULE)
+    line = run(doctor.check_driver_ptxas, m)
+    assert line.status == "FAIL", line
+    assert "set TRITON_PTXAS_BLACKWELL_PATH (what this Triton reads for " \
+        "sm_100)" in line.fix
+    m = machine(tmp_path, gpus=[H200],
+                driver=DRIVER_570.replace("570.86.15", "520.61.05"),
+                ptxas=TRITON_36_RULE)
+    line = run(doctor.check_driver_ptxas, m)
+    assert line.status == "FAIL", line
+    assert "TRITON_PTXAS_PATH (what this Triton reads for sm_90)" in line.fix
+    assert "BLACKWELL" not in line.fix
+
+
+def test_a_ptxas_variable_triton_cannot_run_is_named(tmp_path):
+    m = machine(tmp_path, gpus=[H200], driver=DRIVER_580_OPEN, environ={
+        "TRITON_PTXAS_BLACKWELL_PATH": "/nowhere/ptxas"})
+    line = run(doctor.check_driver_ptxas, m)
+    assert line.status == "warn", line
+    assert "from Triton's wheel" in line.found
+    assert "TRITON_PTXAS_BLACKWELL_PATH=/nowhere/ptxas is set, but Triton " \
+        "could not run it" in line.found
 
 
 # -- the C compiler and Python.h -------------------------------------------
@@ -409,6 +489,140 @@ def test_the_lock_folder(tmp_path):
     assert line.status == "warn" and "not writable" in line.found, line
 
 
+def test_inside_bazel_the_default_lock_folder_is_a_warning(tmp_path):
+    bazel = {"TEST_TMPDIR": str(tmp_path), "TEST_SRCDIR": "/s"}
+    default = {k: v for k, v in bazel.items()}
+    line = run(doctor.check_lock_dir, machine(tmp_path, environ=default))
+    assert line.status == "warn", line
+    assert "it is the default" in line.found and "private /tmp" in line.found
+    assert "--test_env=AUTOTUNE_LOCK_DIR=DIR --sandbox_writable_path=DIR" \
+        in line.fix
+    # The client set one, the test did not get it.
+    client = str(tmp_path / "client-locks")
+    line = run(doctor.check_lock_dir, machine(
+        tmp_path, environ=default, client_env={"AUTOTUNE_LOCK_DIR": client}))
+    assert line.status == "warn", line
+    assert f"the client's AUTOTUNE_LOCK_DIR={client} did not reach this " \
+        "test" in line.found
+    assert f"--test_env=AUTOTUNE_LOCK_DIR={client} " \
+        f"--sandbox_writable_path={client}" in line.fix
+    # Another folder than the client's (regenerate's): a warning too.
+    other = str(tmp_path / "other-locks")
+    line = run(doctor.check_lock_dir, machine(
+        tmp_path, environ=dict(bazel, AUTOTUNE_LOCK_DIR=other),
+        client_env={"AUTOTUNE_LOCK_DIR": client}))
+    assert line.status == "warn" and "did not reach" in line.found, line
+    # The client's folder, given to the test: ok.
+    line = run(doctor.check_lock_dir, machine(
+        tmp_path, environ=dict(bazel, AUTOTUNE_LOCK_DIR=client),
+        client_env={"AUTOTUNE_LOCK_DIR": client}))
+    assert line.status == "ok", line
+    line = run(doctor.check_lock_dir, machine(
+        tmp_path, environ=dict(bazel, AUTOTUNE_LOCK_DIR=client)))
+    assert line.status == "ok" and "is not known here" in line.found, line
+
+
+def test_client_env_keeps_the_lock_folder():
+    assert doctor.parse_client_env(
+        "AUTOTUNE_LOCK_DIR=/var/lock/x\nAUTOTUNE_FLAGS=y\nTRITON_A=1\n") == \
+        {"AUTOTUNE_LOCK_DIR": "/var/lock/x", "TRITON_A": "1"}
+
+
+# -- the runner stamp ------------------------------------------------------
+
+RUNNING = {"device": "NVIDIA H200/sm_90/132/triton-3.6.0", "triton": "3.6.0",
+           "torch": "2.11.0", "cuda": "12.8"}
+
+
+def test_the_stamp_is_checked_against_this_process(tmp_path):
+    from autotune.measure import stamp
+
+    def line_for(environ):
+        return run(doctor.check_runner_stamp, machine(
+            tmp_path, environ=environ, running_stamp=lambda: RUNNING))
+    good = stamp.format_stamp(dict(RUNNING, driver="580"))
+    line = line_for({"AUTOTUNE_RUNNER_STAMP": good})
+    assert line.status == "ok" and "driver branch 580" in line.found, line
+    line = line_for({"AUTOTUNE_RUNNER_STAMP": good.replace(
+        "torch=2.11.0", "torch=2.10.0")})
+    assert line.status == "FAIL", line
+    assert "says torch=2.10.0, this process runs with torch=2.11.0" in \
+        line.found
+    assert "tools/runner_stamp.py" in line.fix
+    line = line_for({"AUTOTUNE_RUNNER_STAMP": good + "\nautotune: all ok"})
+    assert line.status == "FAIL" and "control character" in line.found
+    assert "\n" not in line.text()
+    line = line_for(dict(BAZEL_ENV))
+    assert line.status == "warn" and "unset" in line.found, line
+    assert line_for({}).status == "skip"
+
+
+def test_the_stamp_check_on_this_machine(tmp_path):
+    """The real fields of this process: its own stamp is ok."""
+    from autotune.measure import stamp
+    m = machine(tmp_path, environ={"AUTOTUNE_RUNNER_STAMP": stamp.current()})
+    assert run(doctor.check_runner_stamp, m).status == "ok"
+
+
+# -- compiled kernels --------------------------------------------------------
+
+def test_compiled_kernels_are_checked_for_serving_here(tmp_path):
+    import triton
+
+    from autotune.measure import triton_cache
+    assert run(doctor.check_compiled, machine(tmp_path)).status == "skip"
+    built = tmp_path / "built"
+    built.mkdir()
+    triton_cache.write_manifest(str(built), {
+        "triton_version": triton.__version__, "targets": ["sm_90"],
+        "triton_env": triton_cache.cache_invalidating_env(), "built": 3})
+    line = run(doctor.check_compiled, machine(
+        tmp_path, compiled_kernels=(str(built),)))
+    assert line.status == "ok" and "served here" in line.found, line
+    other = tmp_path / "other"
+    other.mkdir()
+    triton_cache.write_manifest(str(other), {
+        "triton_version": "3.4.0", "targets": ["sm_90"], "triton_env": {},
+        "built": 3})
+    line = run(doctor.check_compiled, machine(
+        tmp_path, compiled_kernels=(str(built), str(other))))
+    assert line.status == "FAIL", line
+    assert f"were built by Triton 3.4.0, this is Triton {triton.__version__}" \
+        in line.found and str(other) in line.found
+    line = run(doctor.check_compiled, machine(
+        tmp_path, compiled_kernels=(str(tmp_path / "missing"),)))
+    assert line.status == "FAIL" and "is not a directory" in line.found
+
+
+# -- what the doctor prints --------------------------------------------------
+
+def test_triton_values_are_printed_without_control_characters(tmp_path):
+    evil = "ieee\x1b]0;pwned\x07\x1b[2J"
+    m = machine(tmp_path, environ={"TRITON_F32_DEFAULT": evil})
+    text = run(doctor.check_triton_env, m).text()
+    assert "\x1b" not in text and "\x07" not in text, text
+    assert "TRITON_F32_DEFAULT=ieee\\x1b]0;pwned\\x07" in text
+    m = machine(tmp_path, environ=dict(BAZEL_ENV, TRITON_F32_DEFAULT=evil),
+                client_env={"TRITON_F32_DEFAULT": "ieee"})
+    text = run(doctor.check_triton_env, m).text()
+    assert "\x1b" not in text and "test ieee\\x1b" in text, text
+
+
+def test_a_read_only_test_tmpdir_is_one_clear_line(tmp_path):
+    with read_only(tmp_path / "ro-tmp") as folder:
+        m = machine(tmp_path, environ={"TEST_TMPDIR": str(folder),
+                                       "TEST_SRCDIR": "/s"})
+        lines = doctor.run_checks(m, [doctor.check_gpus,
+                                      doctor.check_python_headers,
+                                      doctor.check_kernel])
+    text = "\n".join(ln.text() for ln in lines)
+    assert "the check itself failed" not in text, text
+    named = [ln for ln in lines if f"TEST_TMPDIR={folder} is not writable"
+             in ln.found]
+    assert len(named) == 1 and named[0].name == "python_headers", text
+    assert lines[-1].status == "ok", text  # the kernel compiled elsewhere
+
+
 # -- the client's TRITON_* -------------------------------------------------
 
 BAZEL_ENV = {"TEST_TMPDIR": "/t", "TEST_SRCDIR": "/s"}
@@ -479,11 +693,14 @@ def test_a_ptxas_that_fails_fails_the_kernel(tmp_path, monkeypatch):
     # a fresh folder of its own, so it cannot pass on that binary.
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     assert run(doctor.check_kernel, machine(tmp_path)).status == "ok"
-    monkeypatch.setenv("TRITON_PTXAS_BLACKWELL_PATH", str(fake))
+    # The variable the installed Triton reads for sm_90 (3.6 and 3.9
+    # differ).
+    variable = doctor.ptxas_variable(90)
+    monkeypatch.setenv(variable, str(fake))
     line = run(doctor.check_kernel, machine(tmp_path))
     assert line.status == "FAIL", line
     assert "does not compile for sm_90" in line.found
-    assert "TRITON_PTXAS_BLACKWELL_PATH" in line.fix
+    assert variable in line.fix
 
 
 def test_a_launch_that_fails_is_a_fail(tmp_path):

@@ -358,3 +358,82 @@ def test_every_timing_call_of_the_check_records_its_ask_and_its_cost():
     summary = ledger.summary()
     assert summary["calls"] == 1
     assert summary["wall_ms"] >= 30 and summary["asked_ms"] >= 30
+
+
+def test_the_compiled_section_holds_only_when_nothing_compiled():
+    """With compiled kernels given, one compile in the load run (a key that
+    missed them) is a failure, whatever the return codes say."""
+    def load_run(found, compiled, binaries):
+        return {"ok": True, "compile_calls_found_on_disk": found,
+                "compile_calls_compiled": compiled,
+                "binaries_compiled": binaries}
+    verdict = gpu_check.compiled_counts(load_run(6, 0, 0), dry_run=False)
+    assert verdict["served"] == 6 and verdict["compiled"] == 0
+    assert verdict["compiled_nothing"]
+    for run in (load_run(0, 6, 6), load_run(5, 1, 1), load_run(6, 0, 1)):
+        verdict = gpu_check.compiled_counts(run, dry_run=False)
+        assert not verdict["compiled_nothing"], run
+        assert verdict["compiled"] >= 1
+    # Served nothing and compiled nothing on a GPU: nothing was looked up.
+    assert not gpu_check.compiled_counts(load_run(0, 0, 0),
+                                         dry_run=False)["compiled_nothing"]
+    assert gpu_check.compiled_counts(load_run(0, 0, 0),
+                                     dry_run=True)["compiled_nothing"]
+    assert "served" in verdict["counts_mean"]
+
+
+def test_the_script_prints_the_versions_first_and_needs_no_wheels(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path))
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "bench", "gpu_check.sh"), "--dry-run",
+         "--sections", "nope"], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=300)
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("gpu_check: versions: python "), proc.stdout
+    for name in ("torch", "triton", "protobuf", "numpy", "absl-py",
+                 "pytest", "driver"):
+        assert f" {name} " in first, first
+    assert "missing" not in first
+    # It got as far as the check itself (which refuses the section).
+    assert "unknown section(s) nope" in proc.stderr, proc.stderr
+    assert proc.returncode == 1
+
+
+def test_a_triton_older_than_the_floor_is_one_line(tmp_path):
+    """An old Triton first on the path (its metadata is what pip reads)."""
+    site = tmp_path / "site"
+    info = site / "triton-3.2.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: triton\n"
+                                   "Version: 3.2.0\n")
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(site))
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "bench", "gpu_check.sh"), "--dry-run"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "triton 3.2.0" in proc.stdout.splitlines()[0]
+    assert proc.stderr.strip() == (
+        "gpu_check: Triton 3.2.0 is older than 3.6, the oldest this project "
+        "supports (pyproject.toml)")
+
+
+def test_per_process_builds_are_measured_cold_and_kept():
+    """Triton's own cuda_utils (and, on Triton 3.6, launcher) builds in a
+    fresh process, then none in a second one given the first's cache."""
+    import triton
+    from triton.backends.nvidia import driver
+
+    import per_process_builds
+    cold, kept = per_process_builds.cold_and_kept(stub=True)
+    assert cold["triton"] == triton.__version__
+    assert cold["cuda_utils_builds"] == 1 and cold["cuda_utils_build_s"] > 0
+    # Triton 3.6 builds a launcher per signature; 3.9 launches through
+    # cuda_utils.
+    launchers = len(per_process_builds.LAUNCH_SIGNATURES) if hasattr(
+        driver, "make_launcher") else 0
+    assert cold["launcher_builds"] == launchers
+    assert kept["cuda_utils_builds"] + kept["launcher_builds"] == 0
+    assert kept["build_s"] == 0
+    line = per_process_builds.summary_line(cold, kept)
+    assert line.startswith(f"per-process builds (Triton {triton.__version__}")
+    assert line.endswith("with one, 0 builds, 0.00 s")

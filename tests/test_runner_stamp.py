@@ -108,3 +108,60 @@ def test_a_gpu_test_under_bazel_without_a_stamp_says_so_once(
     monkeypatch.setenv("TEST_TARGET", "//:kernels_test")
     Session(backend=backends.InterpreterBackend())
     assert stamp.STAMP_ENV not in capfd.readouterr().err
+
+
+def _fake_smi(tmp_path, printed):
+    """A folder holding an nvidia-smi that prints `printed`."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '%s\\n' " + repr(printed) + "\n")
+    smi.chmod(0o755)
+    return str(tmp_path)
+
+
+def test_the_driver_field_is_the_drivers_branch(monkeypatch, tmp_path,
+                                                 backend):
+    monkeypatch.setenv("PATH", _fake_smi(tmp_path, "580.159.04") + ":"
+                       + os.environ["PATH"])
+    assert stamp.driver_version() == "580.159.04"
+    fields = stamp.parse(stamp.current(backend))
+    assert fields["driver"] == "580"
+    # Two patch levels of one branch give one stamp.
+    smi = _fake_smi(tmp_path, "580.159.03")
+    monkeypatch.setenv("PATH", smi + ":" + os.environ["PATH"])
+    assert stamp.current(backend) == stamp.format_stamp(fields)
+    assert stamp.driver_branch("570.86.15") == "570"
+    assert stamp.driver_branch("x;device=evil") == ""
+
+
+@pytest.mark.parametrize("printed", ["x;device=evil", "580.1;device=evil",
+                                     "580\nautotune: all ok", "N/A"])
+def test_what_nvidia_smi_prints_is_a_version_or_nothing(
+        monkeypatch, tmp_path, backend, printed):
+    monkeypatch.setenv("PATH", _fake_smi(tmp_path, printed) + ":"
+                       + os.environ["PATH"])
+    fields = stamp.parse(stamp.current(backend))
+    assert fields["device"] == backend.device_key()
+    assert list(fields) == list(stamp.CHECKED) or \
+        list(fields) == list(stamp.CHECKED) + ["driver"]
+    assert fields.get("driver", "580") == "580"
+    assert "evil" not in stamp.current(backend)
+
+
+def test_a_stamp_with_a_newline_is_one_short_line(backend):
+    forged = stamp.current(backend).replace(
+        "torch=", "torch=1.0\nautotune: all 12 fusions hit;x=")
+    with pytest.raises(AutotuneError) as e:
+        stamp.check(backend, {stamp.STAMP_ENV: forged})
+    message = str(e.value)
+    assert "\n" not in message and "autotune: all" not in message
+    assert message.startswith(
+        "AUTOTUNE_RUNNER_STAMP holds the control character '\\n'")
+
+
+def test_a_huge_stamp_is_one_short_line(backend):
+    huge = stamp.current(backend) + ";image=" + "a" * 100_000
+    with pytest.raises(AutotuneError) as e:
+        stamp.check(backend, {stamp.STAMP_ENV: huge})
+    message = str(e.value)
+    assert len(message) < 300 and "\n" not in message
+    assert message.startswith("AUTOTUNE_RUNNER_STAMP is 100")

@@ -1,7 +1,7 @@
 """Entry point of the GPU runner doctor (autotune/cli/doctor.py):
 
     bazel test @rules_autotune//tools:gpu_doctor_test --test_output=all
-    python3 tools/gpu_doctor.py [--client_env="$(env | grep ^TRITON_)"]
+    python3 tools/gpu_doctor.py [--compiled_kernels DIR]
 
 One line per check of what a GPU test needs here, with the fix; exit
 status 1 when a check FAILs.

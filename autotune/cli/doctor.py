@@ -1,7 +1,7 @@
 """The GPU runner doctor: what a GPU test needs, checked where it runs.
 
     bazel test @rules_autotune//tools:gpu_doctor_test --test_output=all
-    python3 -m autotune.cli.doctor [--client_env="$(env | grep ^TRITON_)"]
+    python3 -m autotune.cli.doctor [--client_env=TEXT] [--compiled_kernels DIR]
     autotune_cache doctor
 
 Inside `bazel test` it sees what a `gpu_autotuned_test` sees: the same
@@ -18,20 +18,30 @@ warn, FAIL, skip), what was found and, where something is wrong, the fix
 - `libcuda`: libcuda.so.1 and how Triton finds it (TRITON_LIBCUDA_PATH,
   else the ldconfig cache, else LD_LIBRARY_PATH), as Triton looks;
 - `driver_ptxas`: the driver's version against the CUDA release of the
-  ptxas Triton builds the device's target with (Triton 3.9 builds sm_90
-  and newer with its ptxas-blackwell, CUDA 13: an R580+ driver);
+  ptxas Triton builds the device's target with; which ptxas that is, and
+  the variable that points Triton at another, are asked of the installed
+  Triton (its get_ptxas, with its knobs watched): versions differ (3.6
+  reads TRITON_PTXAS_BLACKWELL_PATH only from sm_100, 3.9 from sm_90);
 - `c_compiler`, `python_headers`: what Triton builds its CUDA launcher
   (`cuda_utils`) with when the driver starts (CC, else gcc, else clang;
   Python.h of the Python the tests run), checked by compiling a file that
   includes Python.h;
 - `triton_cache`: the folder Triton writes binaries to, written to;
 - `lock_dir`: the device lock folder (AUTOTUNE_LOCK_DIR) a tuning takes
-  its turn in;
+  its turn in; inside bazel test the default is a warning (a sandbox with
+  a private /tmp gives each test its own), and so is a folder other than
+  the client's (the one regenerate hands its dump targets);
 - `triton_env`: the TRITON_* variables that differ between the client's
   shell and the test (Triton's numerics and cache keys follow them). A
   test cannot see the client's shell: pass its set with
-  `--test_arg=--client_env="$(env | grep ^TRITON_)"`; outside Bazel the
-  process's own environment is the client's;
+  `--test_arg=--client_env="$(env | grep -E '^(TRITON_|AUTOTUNE_LOCK_DIR=)')"`;
+  outside Bazel the process's own environment is the client's;
+- `runner_stamp`: AUTOTUNE_RUNNER_STAMP against this process (the field
+  that differs: a stale stamp fails every GPU test);
+- `compiled`: with --compiled_kernels, whether this process would be
+  served from those directories, by the runtime's own check of their
+  manifest against this process (triton_cache.usable_root, called in one
+  place: _serving_verdict);
 - `kernel`: one tiny kernel compiled for the local GPU's target (sm_90
   without a GPU, with the ptxas Triton would use) and, on a GPU, launched
   and its result checked.
@@ -42,6 +52,8 @@ when any check FAILs, else 0.
 """
 import argparse
 import dataclasses
+import inspect
+import logging
 import os
 import re
 import shutil
@@ -52,8 +64,11 @@ import tempfile
 import time
 import warnings
 
-from autotune.errors import DeviceLockError
-from autotune.measure import compile_check, lock_files, stamp, triton_cache
+from autotune import log as logs
+from autotune.errors import AutotuneError, DeviceLockError
+from autotune.log import printable
+from autotune.measure import (backends, compile_check, lock_files, stamp,
+                              triton_cache)
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 DOCS = "docs/gpu-runners.md"
@@ -67,7 +82,12 @@ DEFAULT_ARCH = 90
 # from the backend).
 PLACES = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_CACHE_MANAGER",
           "TRITON_INTERPRET")
-CLIENT_ENV_ARG = '--test_arg=--client_env="$(env | grep ^TRITON_)"'
+CLIENT_ENV_ARG = ('--test_arg=--client_env="$(env | grep -E '
+                  "'^(TRITON_|AUTOTUNE_LOCK_DIR=)')\"")
+# The client's variables --client_env keeps: TRITON_* (compared with the
+# test's) and the lock folder (regenerate hands the client's to its dump
+# targets).
+CLIENT_ENV_PREFIXES = ("TRITON_", "AUTOTUNE_LOCK_DIR=")
 
 
 @dataclasses.dataclass
@@ -106,11 +126,47 @@ def _torch_build():
     return torch.__version__, torch.version.cuda
 
 
+class _KnobReads:
+    """Stands in for `triton.knobs` while Triton's own get_ptxas runs:
+    answers as the real one, and records which `knobs.nvidia` tools it
+    read (the rule for which ptxas builds an architecture is Triton's
+    own, and differs between versions)."""
+
+    def __init__(self, real):
+        self._real = real
+        self.read = []
+        outer = self
+
+        class _Nvidia:
+            def __getattr__(self, name):
+                outer.read.append(name)
+                return getattr(real.nvidia, name)
+        self.nvidia = _Nvidia()
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
 def _triton_ptxas(arch):
-    """(path, CUDA release) of the ptxas Triton builds `arch` with."""
-    from triton.backends.nvidia.compiler import get_ptxas  # heavy
-    tool = get_ptxas(arch)
-    return tool.path, tool.version
+    """(path, CUDA release, variable) of the ptxas Triton builds `arch`
+    with, and the variable that points it at another one, both asked of
+    the installed Triton: its get_ptxas runs with its knobs watched, and
+    the variable is the key of the knob it read. variable is "" when this
+    Triton reads none."""
+    from triton.backends.nvidia import compiler  # heavy
+    watched = _KnobReads(compiler.knobs)
+    compiler.knobs = watched
+    try:
+        tool = compiler.get_ptxas(arch)
+    finally:
+        compiler.knobs = watched._real
+    variable = ""
+    for name in watched.read:
+        knob = inspect.getattr_static(type(watched._real.nvidia), name, None)
+        key = getattr(knob, "key", "")
+        if key.startswith("TRITON_PTXAS"):
+            variable = key
+    return tool.path, tool.version, variable
 
 
 def _python_include():
@@ -137,10 +193,17 @@ class Machine:
     include_dir: object = _python_include
     client_env: dict = None  # the client's TRITON_*, when known
     launch: bool = True  # on a GPU, launch the kernel
+    running_stamp: object = None  # {field: value} this process runs with
+    compiled_kernels: tuple = ()  # directories to check serving from
 
     def __post_init__(self):
         if self.environ is None:
             self.environ = os.environ
+
+    def stamp_fields(self):
+        if self.running_stamp is not None:
+            return self.running_stamp()
+        return stamp.fields_of(backends.select_backend())
 
     def which(self, name):
         return shutil.which(name, path=self.environ.get("PATH", os.defpath))
@@ -342,48 +405,85 @@ def check_libcuda(machine, state):
 
 
 def ptxas_variable(arch):
-    """The variable that points Triton at another ptxas for `arch`."""
-    return "TRITON_PTXAS_BLACKWELL_PATH" if arch >= 90 else \
-        "TRITON_PTXAS_PATH"
+    """The variable that points the installed Triton at another ptxas for
+    `arch` (Triton's own rule: _triton_ptxas)."""
+    return _triton_ptxas(arch)[2]
+
+
+def _ptxas_origin(machine, path, variable):
+    """Where the ptxas came from: the variable, when it names that ptxas,
+    else Triton's wheel; and a note when the variable is set but Triton
+    did not use it (not runnable: Triton falls back to its own)."""
+    given = machine.environ.get(variable) if variable else None
+    if given and os.path.realpath(given) == os.path.realpath(path):
+        return f"{variable}={printable(given)}", ""
+    if given:
+        return "Triton's wheel", (f"{variable}={printable(given)} is set, "
+                                  "but Triton could not run it and took its "
+                                  "own")
+    return "Triton's wheel", ""
+
+
+def _unread_ptxas_variables(machine, variable, arch):
+    """TRITON_PTXAS*_PATH set here that Triton does not read for `arch`."""
+    return sorted(k for k in machine.environ
+                  if k.startswith("TRITON_PTXAS") and k.endswith("_PATH")
+                  and k != variable)
 
 
 def check_driver_ptxas(machine, state):
     arch = state.arch
-    variable = ptxas_variable(arch)
     try:
-        path, release = machine.ptxas(arch)
+        path, release, variable = machine.ptxas(arch)
     except ImportError as e:
         return Line(FAIL, "driver_ptxas", f"triton cannot be imported ({e})",
                     "install triton in the Python the tests run")
     except Exception as e:
         return Line(FAIL, "driver_ptxas", f"no ptxas for sm_{arch}: {e}",
-                    f"reinstall triton, or set {variable} to a ptxas")
-    major = int(release.split(".")[0])
+                    "reinstall triton")
+    try:
+        major = int(release.split(".")[0])
+    except ValueError:
+        major = None
     need = MIN_DRIVER.get(major)
-    origin = (f"{variable}={machine.environ[variable]}"
-              if machine.environ.get(variable) else "Triton's wheel")
+    origin, unused = _ptxas_origin(machine, path, variable)
+    ignored = _unread_ptxas_variables(machine, variable, arch)
+    notes = "".join(
+        f"; {n}" for n in [unused] + [
+            f"{k} is set, but this Triton does not read it for sm_{arch}"
+            for k in ignored] if n)
     ptxas = f"ptxas {path} (CUDA {release}, from {origin}) for sm_{arch}"
     wants = f"R{need}+ driver" if need else "driver of CUDA " + release
-    other = (f"or set {variable} to the ptxas of a CUDA release the driver "
-             f"runs (a CUDA 12 toolkit's bin/ptxas for an R525-R575 driver)")
+    other = (f"or set {variable} (what this Triton reads for sm_{arch}) "
+             "to the ptxas of a CUDA release the driver runs (a CUDA 12 "
+             "toolkit's bin/ptxas for an R525-R575 driver)" if variable
+             else "this Triton reads no variable for another ptxas")
+    # A variable Triton does not read for this target, with the one it
+    # reads unset, is most likely the runner's intent gone astray.
+    astray = ignored and not machine.environ.get(variable)
+    status_if_fine = WARN if (unused or astray) else OK
     if not state.driver:
         return Line(SKIP, "driver_ptxas", f"no NVIDIA driver here; {ptxas} "
-                    f"needs an {wants}", f"on the GPU runner: an {wants}, "
-                    + other)
+                    f"needs an {wants}{notes}", f"on the GPU runner: an "
+                    f"{wants}, " + other)
     if need is None:
         return Line(WARN, "driver_ptxas", f"driver {state.driver}; {ptxas}: "
-                    "a CUDA release this check does not know")
+                    f"a CUDA release this check does not know{notes}")
     try:
         branch = int(state.driver.split(".")[0])
     except ValueError:
         return Line(WARN, "driver_ptxas", f"driver {state.driver!r}: not a "
-                    f"version; {ptxas} needs an {wants}")
+                    f"version; {ptxas} needs an {wants}{notes}")
     if branch >= need:
-        return Line(OK, "driver_ptxas", f"driver {state.driver} runs what "
-                    f"{ptxas} builds (needs an {wants})")
+        return Line(status_if_fine, "driver_ptxas", f"driver {state.driver} "
+                    f"runs what {ptxas} builds (needs an {wants}){notes}",
+                    "" if status_if_fine == OK else
+                    f"set {variable} instead (what this Triton reads for "
+                    f"sm_{arch}), or fix the path")
     return Line(FAIL, "driver_ptxas", f"driver {state.driver} is older than "
                 f"{ptxas} needs (an {wants}): the binaries it builds do "
-                "not load", f"upgrade the driver to R{need}+, " + other)
+                f"not load{notes}", f"upgrade the driver to R{need}+, "
+                + other)
 
 
 def _compiler(machine):
@@ -422,6 +522,22 @@ def check_c_compiler(machine, state):
     return Line(OK, "c_compiler", f"{cc} ({how}): {version[:100]}")
 
 
+def _scratch(machine):
+    """(folder for the checks' temporary files, note): TEST_TMPDIR when it
+    is writable (Bazel makes it so for every test), else the system's
+    temporary folder, with a note naming TEST_TMPDIR."""
+    tmp = machine.environ.get("TEST_TMPDIR")
+    if not tmp:
+        return None, ""
+    try:
+        with tempfile.TemporaryDirectory(dir=tmp):
+            return tmp, ""
+    except OSError as e:
+        return tempfile.gettempdir(), (
+            f"TEST_TMPDIR={printable(tmp)} is not writable "
+            f"({e.strerror or e}): files went to {tempfile.gettempdir()}")
+
+
 def check_python_headers(machine, state):
     include = machine.include_dir()
     header = os.path.join(include, "Python.h")
@@ -437,8 +553,8 @@ def check_python_headers(machine, state):
     if cc is None:
         return Line(SKIP, "python_headers", f"{header}; not compiled: no C "
                     "compiler (see c_compiler)")
-    with tempfile.TemporaryDirectory(
-            dir=machine.environ.get("TEST_TMPDIR") or None) as folder:
+    scratch, note = _scratch(machine)
+    with tempfile.TemporaryDirectory(dir=scratch) as folder:
         source = os.path.join(folder, "probe.c")
         with open(source, "w") as f:
             f.write("#include <Python.h>\nint probe(void) { return 0; }\n")
@@ -455,6 +571,12 @@ def check_python_headers(machine, state):
     if failed:
         return Line(bad, "python_headers", f"{header}: a file including it "
                     f"does not compile with {cc}: {failed[:150]}", fix)
+    if note:
+        return Line(WARN, "python_headers", f"{header} (a file including it "
+                    f"compiles with {cc}); {note}", "Bazel gives each test a "
+                    "writable TEST_TMPDIR: a test that writes there (Triton's "
+                    "private cache, its outputs) fails; check the runner's "
+                    "sandbox flags")
     return Line(OK, "python_headers", f"{header} (a file including it "
                 f"compiles with {cc})")
 
@@ -500,16 +622,49 @@ def check_lock_dir(machine, state):
         problem = "" if writable else "not writable"
     except DeviceLockError as e:
         problem = str(e)
-    how = (f"{lock_files.LOCK_DIR_ENV}={folder}" if given
+    how = (f"{lock_files.LOCK_DIR_ENV}={printable(folder)}" if given
            else f"the default {folder} ({lock_files.LOCK_DIR_ENV} unset)")
     if problem:
         # A warning, not a FAIL: a load target whose fusions all hit never
         # takes a lock; a tuning one (a miss, a dump target) stops here.
-        return Line(WARN, "lock_dir", f"{how}: {problem}; a test that "
-                    "tunes (a miss, a dump target) stops there", fix)
-    note = "" if given else (": per user; a sandbox with a private /tmp "
-                             "(Bazel 7+) gives each test its own")
-    return Line(OK, "lock_dir", f"{how} is writable{note}")
+        return Line(WARN, "lock_dir", f"{how}: {printable(problem)}; a test "
+                    "that tunes (a miss, a dump target) stops there", fix)
+    if not machine.in_bazel_test():
+        note = "" if given else (": per user; a sandbox with a private "
+                                 "/tmp (Bazel 7+) gives each test its own")
+        return Line(OK, "lock_dir", f"{how} is writable{note}")
+    # Inside bazel test: the folder regenerate hands its dump targets is
+    # the client's AUTOTUNE_LOCK_DIR (else the client's default); every
+    # test must take its turn in that one.
+    client = (machine.client_env or {}).get(lock_files.LOCK_DIR_ENV)
+    lost = (f"; the client's {lock_files.LOCK_DIR_ENV}={printable(client)} "
+            "did not reach this test (a test gets only --test_env "
+            "variables)") if client and client != env.get(
+                lock_files.LOCK_DIR_ENV) else ""
+    if not given:
+        return Line(WARN, "lock_dir", f"{how} is writable here, but it is "
+                    "the default: a sandbox with a private /tmp (Bazel 7+) "
+                    "gives each test its own, so two tunings on one GPU "
+                    f"time each other's kernels{lost}",
+                    f"set {lock_files.LOCK_DIR_ENV} for every test: "
+                    f"--test_env={lock_files.LOCK_DIR_ENV}="
+                    f"{printable(client) if client else 'DIR'} "
+                    f"--sandbox_writable_path="
+                    f"{printable(client) if client else 'DIR'} in the "
+                    "runner's .bazelrc, the folder regenerate hands its "
+                    f"dump targets ({DOCS}#the-lock-folder)")
+    if lost:
+        return Line(WARN, "lock_dir", f"{how} is writable{lost}: regenerate "
+                    "hands its dump targets the client's, so they and this "
+                    "test take turns in different folders",
+                    f"give the tests the client's folder: --test_env="
+                    f"{lock_files.LOCK_DIR_ENV}={printable(client)} "
+                    f"--sandbox_writable_path={printable(client)}")
+    known = "" if client else (
+        f" (the client's {lock_files.LOCK_DIR_ENV}, which regenerate hands "
+        f"its dump targets, is not known here: pass it with "
+        f"{CLIENT_ENV_ARG})")
+    return Line(OK, "lock_dir", f"{how} is writable{known}")
 
 
 def _triton_vars(env):
@@ -519,7 +674,8 @@ def _triton_vars(env):
 
 def check_triton_env(machine, state):
     here = _triton_vars(machine.environ)
-    shown = ", ".join(f"{k}={v}" for k, v in sorted(here.items())) or "none"
+    shown = ", ".join(f"{printable(k)}={printable(v)}"
+                      for k, v in sorted(here.items())) or "none"
     client = machine.client_env
     if client is None and machine.in_bazel_test():
         return Line(SKIP, "triton_env", f"the client's TRITON_* are not known "
@@ -531,7 +687,8 @@ def check_triton_env(machine, state):
                         "test compiles as this shell does")
         return Line(WARN, "triton_env", f"set here: {shown}; a bazel test "
                     "sees none of them unless passed", "add "
-                    + " ".join(f"--test_env={k}" for k in sorted(here))
+                    + " ".join(f"--test_env={printable(k)}"
+                               for k in sorted(here))
                     + " to the runner's .bazelrc, or unset them")
     client = _triton_vars(client)
     differ = sorted(k for k in set(client) | set(here)
@@ -541,8 +698,9 @@ def check_triton_env(machine, state):
                     f"({shown})")
     return Line(WARN, "triton_env", "differ from the client's (other "
                 "numerics, other cache keys): " + ", ".join(
-                    f"{k} client {client.get(k, 'unset')} test "
-                    f"{here.get(k, 'unset')}" for k in differ),
+                    f"{printable(k)} client "
+                    f"{printable(client.get(k, 'unset'))} test "
+                    f"{printable(here.get(k, 'unset'))}" for k in differ),
                 _triton_env_fix([k for k in differ if k in client],
                                  [k for k in differ if k not in client]))
 
@@ -552,15 +710,25 @@ def _triton_env_fix(from_client, test_only):
     test's own (set by the runner's .bazelrc) removed."""
     fixes = []
     if from_client:
-        fixes.append("add " + " ".join(f"--test_env={k}" for k in
-                                        from_client)
+        fixes.append("add " + " ".join(f"--test_env={printable(k)}"
+                                        for k in from_client)
                      + " to the runner's .bazelrc (the client's value), or "
                      "unset them in the client")
     if test_only:
-        fixes.append(", ".join(test_only) + " set for the test only (a "
+        fixes.append(", ".join(map(printable, test_only))
+                     + " set for the test only (a "
                      "--test_env or --action_env of the runner's .bazelrc): "
                      "remove it, or set it in the client too")
     return "; ".join(fixes)
+
+
+def _kernel_compile_fix(arch):
+    try:
+        variable = ptxas_variable(arch)
+    except Exception:  # Triton's answer is the driver_ptxas line's
+        variable = ""
+    return "see the driver_ptxas line" + (
+        f" ({variable} picks the ptxas)" if variable else "")
 
 
 def check_kernel(machine, state):
@@ -575,7 +743,7 @@ def check_kernel(machine, state):
                     "install triton in the Python the tests run")
     target = compile_check.Target(f"sm_{arch}", arch)
     folder = tempfile.mkdtemp(prefix="doctor-triton-cache.",
-                              dir=machine.environ.get("TEST_TMPDIR") or None)
+                              dir=_scratch(machine)[0])
     saved = os.environ.get("TRITON_CACHE_DIR")
     # A fresh folder: the compile runs, not a binary found on disk.
     os.environ["TRITON_CACHE_DIR"] = folder
@@ -601,8 +769,7 @@ def check_kernel(machine, state):
     what = f"a tiny kernel (Triton {triton.__version__})"
     if not result.ok:
         return Line(FAIL, "kernel", f"{what} does not compile for sm_{arch}: "
-                    f"{result.reason}", f"see the driver_ptxas line "
-                    f"({ptxas_variable(arch)} picks the ptxas)")
+                    f"{result.reason}", _kernel_compile_fix(arch))
     compiled = f"{what} compiled for sm_{arch} in {result.seconds:.1f} s"
     if not state.gpu_here:
         return Line(OK, "kernel", f"{compiled}; not launched: no GPU here")
@@ -629,9 +796,85 @@ def check_kernel(machine, state):
                 f"({seconds:.1f} s with the driver's start)")
 
 
+def check_runner_stamp(machine, state):
+    text = machine.environ.get(stamp.STAMP_ENV, "")
+    export = (f'export {stamp.STAMP_ENV}="$(python3 '
+              'RULES_AUTOTUNE/tools/runner_stamp.py)" on the runner, with '
+              "the Python the tests run")
+    if not text.strip():
+        if machine.in_bazel_test():
+            return Line(WARN, "runner_stamp", f"{stamp.STAMP_ENV} unset: a "
+                        "GPU test's cached result stands after a Triton, "
+                        "torch, CUDA, GPU or driver upgrade", export)
+        return Line(SKIP, "runner_stamp", f"{stamp.STAMP_ENV} unset (it "
+                    "keys GPU tests' cached results under bazel test)")
+    try:
+        stamped = stamp.parse(text)
+    except AutotuneError as e:
+        return Line(FAIL, "runner_stamp", str(e), export)
+    differing = stamp.first_difference(stamped, machine.stamp_fields())
+    if differing:
+        name, said, running = differing
+        return Line(FAIL, "runner_stamp", f"{stamp.STAMP_ENV} says "
+                    f"{name}={printable(said)}, this process runs with "
+                    f"{name}={printable(running)}: every GPU test fails "
+                    "on this stamp", export)
+    checked = [n for n in stamp.CHECKED if n in stamped]
+    return Line(OK, "runner_stamp", f"{stamp.STAMP_ENV} describes this "
+                f"process ({', '.join(checked) or 'no checked field'}"
+                f"{' match' if checked else ''}"
+                + (f"; driver branch {printable(stamped['driver'])}"
+                   if "driver" in stamped else "") + ")")
+
+
+def _serving_verdict(root):
+    """(served, reason) for one compiled-kernel directory: whether this
+    process's launches would be served from it, by the runtime's own
+    check (triton_cache.usable_root, whose refusal is its log line)."""
+    heard = []
+
+    class _Heard(logging.Handler):
+        def emit(self, record):
+            heard.append(record.getMessage())
+    logger = logs.get("runtime")
+    handler = _Heard()
+    logger.addHandler(handler)
+    try:
+        served = triton_cache.usable_root(root)
+    finally:
+        logger.removeHandler(handler)
+    reason = heard[0].removeprefix("autotune: ") if heard else ""
+    return served, reason
+
+
+def check_compiled(machine, state):
+    roots = list(machine.compiled_kernels)
+    if not roots:
+        return Line(SKIP, "compiled", "no compiled kernels given "
+                    "(--compiled_kernels DIR checks whether this process "
+                    "would be served from them)")
+    refused = []
+    for root in roots:
+        if not os.path.isdir(root):
+            refused.append(f"{printable(root)} is not a directory")
+            continue
+        served, reason = _serving_verdict(os.path.abspath(root))
+        if not served:
+            refused.append(printable(reason or f"{root}: not served"))
+    if refused:
+        return Line(FAIL, "compiled", "; ".join(refused), "rebuild them "
+                    "(`autotune_cache compile`) with the Triton, Python and "
+                    "TRITON_* the tests run with")
+    import triton
+    return Line(OK, "compiled", f"{', '.join(map(printable, roots))}: built "
+                f"by this Triton ({triton.__version__}) with the same "
+                "cache-invalidating variables: served here")
+
+
 CHECKS = (check_gpus, check_device_nodes, check_libcuda, check_driver_ptxas,
           check_c_compiler, check_python_headers, check_triton_cache,
-          check_lock_dir, check_triton_env, check_kernel)
+          check_lock_dir, check_triton_env, check_runner_stamp,
+          check_compiled, check_kernel)
 
 
 def run_checks(machine=None, checks=None):
@@ -658,16 +901,18 @@ def summary(lines):
 
 
 def parse_client_env(text):
-    """{NAME: VALUE} of the TRITON_* lines of `text` (`env` output); other
-    lines are ignored. ValueError naming a TRITON_ line without `=`."""
+    """{NAME: VALUE} of the TRITON_* and AUTOTUNE_LOCK_DIR lines of `text`
+    (`env` output); other lines are ignored. ValueError naming a TRITON_
+    line without `=`."""
     found = {}
     for line in text.splitlines():
         line = line.strip()
-        if not line.startswith("TRITON_"):
+        if not line.startswith(CLIENT_ENV_PREFIXES):
             continue
         name, eq, value = line.partition("=")
         if not eq:
-            raise ValueError(f"--client_env: {line!r} is not NAME=VALUE")
+            raise ValueError(f"--client_env: {printable(line)[:80]!r} is "
+                             "not NAME=VALUE")
         found[name] = value
     return found
 
@@ -678,6 +923,10 @@ def add_arguments(parser):
         help="the client shell's TRITON_* as NAME=VALUE lines (`env | grep "
         "^TRITON_`), to compare with what this process sees; under bazel "
         f"test: {CLIENT_ENV_ARG}")
+    parser.add_argument(
+        "--compiled_kernels", action="append", default=[], metavar="DIR",
+        help="a compiled-kernel directory (`autotune_cache compile -o`): "
+        "check whether this process would be served from it (repeatable)")
     parser.add_argument("--no_launch", action="store_true",
                         help="compile the tiny kernel, do not launch it")
 
@@ -689,7 +938,8 @@ def cmd_doctor(args):
     except ValueError as e:
         print(f"doctor: error: {e}", file=sys.stderr)
         return 2
-    machine = Machine(client_env=client, launch=not args.no_launch)
+    machine = Machine(client_env=client, launch=not args.no_launch,
+                      compiled_kernels=tuple(args.compiled_kernels))
     where = "inside bazel test" if machine.in_bazel_test() else \
         "outside Bazel"
     print(f"GPU runner doctor ({where}; Python "

@@ -28,7 +28,12 @@ DEFAULT_GPU_TAGS = ["gpu", "requires-gpu-nvidia"]
 
 # Client variables both targets inherit: Bazel starts a test with a fresh
 # environment, so without it every test sees every GPU of the machine.
-GPU_ENV_INHERIT = ["CUDA_VISIBLE_DEVICES"]
+# The runner stamp keys these targets' cached results (and no other
+# test's): autotune/measure/stamp.py.
+GPU_ENV_INHERIT = [
+    "CUDA_VISIBLE_DEVICES",
+    "AUTOTUNE_RUNNER_STAMP",
+]
 
 REGENERATE_COMMAND = "bazel run @rules_autotune//tools:regenerate"
 

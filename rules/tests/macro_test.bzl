@@ -65,7 +65,7 @@ def _load_target_test_impl(ctx):
     ]), _flags(recorded))
     asserts.equals(env, "kept", recorded.env["USER_VAR"])
     asserts.equals(env, ".", recorded.env["PYTHONPATH"])
-    asserts.equals(env, ["CUDA_VISIBLE_DEVICES"], recorded.env_inherit)
+    asserts.equals(env, ["CUDA_VISIBLE_DEVICES", "AUTOTUNE_RUNNER_STAMP"], recorded.env_inherit)
     asserts.equals(env, sorted([
         _label("selected.txt"),
         str(Label("//:autotune")),
