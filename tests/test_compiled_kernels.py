@@ -146,6 +146,7 @@ def test_every_launch_is_served_from_the_moved_directory(compiled, suite_dump):
     assert out["private_cache"] == os.path.join(os.path.dirname(root),
                                                 "triton-cache"), out
     assert "serving compiled kernels from " + root in log
+    assert f"compiled kernels: {out['served']} served, 0 compiled" in log
 
 
 def test_other_cache_invalidating_variables_are_refused_once(compiled,
@@ -153,7 +154,14 @@ def test_other_cache_invalidating_variables_are_refused_once(compiled,
     root, _ = compiled
     out, log = _serve(suite_dump, root, fp_fusion="0")
     assert out["served"] == 0, out
-    assert log.count("other Triton cache-invalidating variables") == 1, log
+    assert out["missed"] == out["launch_compiles"], out
+    assert log.count(
+        f"autotune: compiled kernels in {root} were built with other "
+        "cache-invalidating variables than this test's "
+        "(TRITON_DEFAULT_FP_FUSION: true there, false here): nothing will "
+        "be served") == 1, log
+    # Every launch counted in the summary line.
+    assert f"compiled kernels: 0 served, {out['missed']} compiled (" in log
 
 
 def test_another_triton_version_is_never_served(compiled, suite_dump,
@@ -163,11 +171,12 @@ def test_another_triton_version_is_never_served(compiled, suite_dump,
     shutil.copytree(root, other)
     from autotune.measure import triton_cache
     manifest, _ = triton_cache.read_manifest(other)
-    manifest["triton_version"] = "2.0.0"
+    manifest["identity"]["triton_version"] = "2.0.0"
     triton_cache.write_manifest(other, manifest)
     out, log = _serve(suite_dump, other)
-    assert out["served"] == 0 and out["missed"] == 0, out
-    assert log.count("were built by Triton 2.0.0") == 1, log
+    assert out["served"] == 0 and out["missed"] == out["launch_compiles"], out
+    assert log.count("were built by Triton 2.0.0, this test runs Triton "
+                     f"{out['triton']}: nothing will be served") == 1, log
 
 
 def _cache_tool(*args):
@@ -271,6 +280,7 @@ def serve(dump, root):
     print(json.dumps({"launch_compiles": len(launches),
                       "served": triton_cache.ServedCounts.served,
                       "missed": triton_cache.ServedCounts.missed,
+                      "triton": __import__("triton").__version__,
                       "private_cache": os.environ.get("TRITON_CACHE_DIR",
                                                       "")}))
 

@@ -18,7 +18,7 @@ import os
 def test_compiled_kernels_are_served():
     from autotune.measure import triton_cache
     assert os.environ["TRITON_CACHE_MANAGER"] == triton_cache.MANAGER
-    dirs = os.environ[triton_cache.COMPILED_DIRS_ENV].split(os.pathsep)
+    dirs = triton_cache.compiled_dirs()
     assert dirs == [os.path.abspath(os.environ["EXPECTED_COMPILED"])]
 '''
 
