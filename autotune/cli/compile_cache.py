@@ -180,9 +180,9 @@ def _relative_source_names():
     cls.file_name = property(relative, keep)
 
 
-def _set_build_environment(out, triton_env):
-    """The environment the workers inherit: Triton's cache is `out`, and
-    the cache-invalidating variables are exactly `triton_env`."""
+def _given_triton_env(triton_env):
+    """--triton_env's NAME=VALUE items, each one of Triton's
+    cache-invalidating variables (asked of Triton)."""
     given = {}
     for item in triton_env:
         name, eq, value = item.partition("=")
@@ -195,6 +195,12 @@ def _set_build_environment(out, triton_env):
                 "Triton's cache-invalidating variables (only those belong "
                 "in --triton_env: the tests must see the same ones)")
         given[name] = value
+    return given
+
+
+def _set_build_environment(out, given):
+    """The environment the workers inherit: Triton's cache is `out`, and
+    the cache-invalidating variables are exactly `given`."""
     os.environ["TRITON_INTERPRET"] = "0"
     os.environ["TRITON_CACHE_DIR"] = out
     os.environ.pop("TRITON_CACHE_MANAGER", None)
@@ -297,16 +303,19 @@ def cmd_compile(args):
     import_paths = [os.path.abspath(p) for p in args.import_path]
     for path in reversed(import_paths):
         sys.path.insert(0, path)
+    triton_env = _given_triton_env(args.triton_env)
     out, lock = _claim_output(args.output)
     try:
-        return _compile_into(args, out, targets, entries, work, import_paths)
+        return _compile_into(args, out, targets, entries, work, import_paths,
+                             triton_env)
     finally:
         if os.path.lexists(lock):
             os.unlink(lock)
 
 
-def _compile_into(args, out, targets, entries, work, import_paths):
-    env = _set_build_environment(out, args.triton_env)
+def _compile_into(args, out, targets, entries, work, import_paths,
+                  triton_env):
+    env = _set_build_environment(out, triton_env)
     for module in args.kernel_module:
         try:
             __import__(module)
