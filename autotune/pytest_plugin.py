@@ -88,7 +88,9 @@ def _compiled_dir(config, ini, ini_dir):
         raise _usage(f"{source}: {given or value} is not a directory (build "
                      "it with `autotune_cache compile CACHE --target sm_90 "
                      "-o DIR`)")
-    triton_cache.configure_environment([path])
+    # AUTOTUNE_FLAGS=--require_compiled_kernels holds here too.
+    triton_cache.configure_environment(
+        [path], require=flags.import_time_choices()[3])
     return path
 
 
@@ -606,7 +608,8 @@ class AutotunePlugin:
                        "missing": [m for m in misses
                                    if m["status"] == "missing"],
                        "stale": [m for m in misses if m["status"] == "stale"],
-                       "bypassing": self._bypassing}
+                       "bypassing": self._bypassing,
+                       "compiled_kernels": triton_cache.counts_report()}
         if self.settings.update:
             self._finish_update(session, exitstatus, runs)
         if self.settings.report:
