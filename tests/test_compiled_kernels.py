@@ -380,6 +380,32 @@ def test_nothing_malformed_is_served_and_each_is_named(compiled, tmp_path):
         signal.alarm(0)
 
 
+def test_a_directory_of_links_into_the_build_is_served(compiled, tmp_path):
+    """As Bazel lays a tree artifact out for a test: the directory itself a
+    link (runfiles), or real folders whose files are links into the
+    build's tree (the sandbox)."""
+    from autotune.measure import triton_cache
+    root, _ = compiled
+    linked = str(tmp_path / "linked")
+    os.symlink(root, linked)
+    sandbox = str(tmp_path / "sandbox")
+    for folder, _, files in os.walk(root):
+        mirror = os.path.join(sandbox, os.path.relpath(folder, root))
+        os.makedirs(mirror, exist_ok=True)
+        for name in files:
+            os.symlink(os.path.join(folder, name), os.path.join(mirror, name))
+    for path in (linked, sandbox):
+        assert triton_cache._root_real(path) == os.path.realpath(root)
+        for key in _key_folders(root):
+            group = triton_cache.served_group(
+                path, triton_cache._root_real(path), key,
+                _kernel_of(os.path.join(root, key)))
+            assert group and all(p.startswith(os.path.realpath(root))
+                                 for p in group.values()), group
+        assert triton_cache.served_group(
+            path, triton_cache._root_real(path), "NOKEY", "k.json") is None
+
+
 def test_swapped_key_folders_are_compiled_not_served(compiled, suite_dump,
                                                      tmp_path):
     """The launch asking for one config is never handed another's binary:
