@@ -159,25 +159,35 @@ def _relative_source_names():
     line info become relative to the module search path entry they were
     found under (autotune/kernels/softmax.py, not /home/me/src/...), so
     that the same kernels compiled from two checkouts or Bazel output
-    bases give the same bytes. Triton's keys do not hold the file name."""
+    bases give the same bytes. Triton's keys do not hold the file name.
+    Triton 3.9 reads it from the JIT function's file_name, Triton 3.6
+    through jit.get_jit_fn_file_line."""
+    from triton.compiler import code_generator
     from triton.runtime import jit
-    cls = getattr(jit, "JITCallable", jit.JITFunction)
-    if isinstance(cls.__dict__.get("file_name"), property):
-        return
     roots = sorted({os.path.join(os.path.abspath(p), "") for p in sys.path
                     if p and os.path.isdir(p)}, key=len, reverse=True)
 
-    def relative(self):
-        name = self.__dict__.get("file_name")
+    def relative(name):
         for root in roots:
             if isinstance(name, str) and name.startswith(root):
                 return name[len(root):]
         return name
-
-    def keep(self, value):
-        self.__dict__["file_name"] = value
-    # A data descriptor: read before the instance's own attribute.
-    cls.file_name = property(relative, keep)
+    original = getattr(jit, "get_jit_fn_file_line", None)
+    if original is not None and not hasattr(original, "relative_names"):
+        def file_line(fn):
+            name, line = original(fn)
+            return relative(name), line
+        file_line.relative_names = True
+        jit.get_jit_fn_file_line = file_line
+        if getattr(code_generator, "get_jit_fn_file_line", None) is original:
+            code_generator.get_jit_fn_file_line = file_line
+    cls = getattr(jit, "JITCallable", jit.JITFunction)
+    if not isinstance(cls.__dict__.get("file_name"), property):
+        def keep(self, value):
+            self.__dict__["file_name"] = value
+        # A data descriptor: read before the instance's own attribute.
+        cls.file_name = property(
+            lambda self: relative(self.__dict__.get("file_name")), keep)
 
 
 def _given_triton_env(triton_env):
