@@ -193,9 +193,10 @@ def test_another_triton_version_is_never_served(compiled, suite_dump,
                      f"{out['triton']}: nothing will be served") == 1, log
 
 
-def test_require_compiled_kernels_fails_a_launch_that_compiles(compiled,
-                                                                suite_dump):
-    root, _ = compiled
+def test_require_compiled_kernels_fails_a_launch_that_compiles(
+        compiled, suite_dump, tmp_path):
+    # A copy: its own private Triton cache, which holds no kernel yet.
+    root = _copy(compiled[0], tmp_path)
     _, log = _serve(suite_dump, root, fp_fusion="0", ok=False,
                     flags="--require_compiled_kernels")
     assert "CompiledKernelMissError: autotune: kernel " in log, log[-3000:]
