@@ -609,7 +609,7 @@ class AutotunePlugin:
                                    if m["status"] == "missing"],
                        "stale": [m for m in misses if m["status"] == "stale"],
                        "bypassing": self._bypassing,
-                       "compiled_kernels": triton_cache.counts_report()}
+                       "compiled_kernels": self._compiled}
         if self.settings.update:
             self._finish_update(session, exitstatus, runs)
         if self.settings.report:
@@ -630,6 +630,7 @@ class AutotunePlugin:
                 "fusions": _fusion_records(self.sessions),
                 "misses": self.misses, "narrowed": self.narrowed,
                 "bypassing": bypassing_kernels(str(self.config.rootpath)),
+                "compiled_kernels": triton_cache.counts_report(),
                 "entries": codec.encode(
                     entries, "worker.textproto").decode() if entries else ""}
 
@@ -642,6 +643,7 @@ class AutotunePlugin:
         """Statistics, misses and tuned entries of the whole run, from this
         process or, on a controller, from every worker."""
         if not self.is_controller:
+            self._compiled = triton_cache.counts_report()
             self._bypassing = bypassing_kernels(str(self.config.rootpath))
             self._fusions = _fusion_records(self.sessions)
             return (_stats_dict(self.sessions), self.misses,
@@ -663,6 +665,8 @@ class AutotunePlugin:
                     payload["entries"].encode(), f"{worker}.textproto")))
         self._bypassing = sorted(bypassing)
         self._fusions = _sorted_records(fusions)
+        self._compiled = triton_cache.merged_counts(
+            [p.get("compiled_kernels") for _, p in self.worker_outputs])
         return stats, misses, runs
 
     def _merge(self, runs):

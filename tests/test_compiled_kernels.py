@@ -650,3 +650,17 @@ def test_matplotlib_config_folder_under_bazel(tmp_path):
     outside = {}
     triton_cache.configure_environment((), outside)
     assert "MPLCONFIGDIR" not in outside
+
+
+def test_worker_counts_add_up():
+    from autotune.measure import triton_cache
+    worker = {"directories": ["/k"], "served": 2, "compiled": 1,
+              "compiled_kernels": ["softmax_kernel"]}
+    other = {"directories": ["/k"], "served": 3, "compiled": 0,
+             "compiled_kernels": []}
+    assert triton_cache.merged_counts([None, worker, other]) == {
+        "directories": ["/k"], "served": 5, "compiled": 1,
+        "compiled_kernels": ["softmax_kernel"]}
+    assert triton_cache.merged_counts([None]) is None
+    assert triton_cache.counts_text(worker) == \
+        "compiled kernels: 2 served, 1 compiled (softmax_kernel)"

@@ -52,6 +52,15 @@ def test_update_records_requests_and_the_compiled_option_serves_them(
     assert report["compiled_kernels"] == {
         "directories": [str(out)], "served": 0, "compiled": 0,
         "compiled_kernels": []}
+    # Under pytest-xdist the controller adds up its workers' counts.
+    run = run_pytest(pytester, *PLUGIN, "--autotune-compiled=compiled",
+                     "--autotune-report=report.json", "-n", "2",
+                     "test_env.py")
+    assert run.returncode == 0, run.output
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert report["compiled_kernels"] == {
+        "directories": [str(out)], "served": 0, "compiled": 0,
+        "compiled_kernels": []}
     # The ini key, relative to the ini file.
     with open(pytester.path / "pyproject.toml", "a") as f:
         f.write('autotune_compiled = "compiled"\n')

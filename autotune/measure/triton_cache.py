@@ -456,6 +456,20 @@ def counts_report(environ=None):
             "compiled_kernels": sorted(ServedCounts.missed_kernels)}
 
 
+def merged_counts(reports):
+    """One counts_report of several processes' (pytest-xdist workers');
+    None when none was given compiled kernels."""
+    reports = [r for r in reports if r]
+    if not reports:
+        return None
+    return {"directories": sorted({d for r in reports
+                                   for d in r["directories"]}),
+            "served": sum(r["served"] for r in reports),
+            "compiled": sum(r["compiled"] for r in reports),
+            "compiled_kernels": sorted({k for r in reports
+                                        for k in r["compiled_kernels"]})}
+
+
 def counts_text(report):
     """The summary line's part for counts_report's `report`."""
     text = (f"compiled kernels: {report['served']} served, "
