@@ -26,11 +26,12 @@ from autotune.measure import backends as _backends
 from autotune.measure import triton_cache as _triton_cache
 
 
-_BACKEND, _DROPIN, _COMPILED = _flags.import_time_choices()
+_BACKEND, _DROPIN, _COMPILED, _REQUIRE_COMPILED = \
+    _flags.import_time_choices()
 _backends.select_interpreter_early(_BACKEND)
 # Before any compile: a writable Triton cache under Bazel, compiled kernels
 # served from --autotune_compiled_kernels.
-_triton_cache.configure_environment(_COMPILED)
+_triton_cache.configure_environment(_COMPILED, require=_REQUIRE_COMPILED)
 
 _EXPORTS = {
     "CacheKey": "autotune.records", "Candidate": "autotune.records",

@@ -61,6 +61,11 @@ class TritonCacheError(AutotuneError):
     so it is reported once for the process instead of per config."""
 
 
+class CompiledKernelMissError(AutotuneError):
+    """A launch compiled although compiled kernels were given and
+    --require_compiled_kernels asks that none does."""
+
+
 class TuningError(AutotuneError):
     """No config of a fusion ran correctly, or tuning cannot go on."""
 

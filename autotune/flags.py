@@ -157,6 +157,11 @@ FLAGS = (
         "compiled-kernel directory is code: use only ones you trust.",
         path=True),
     FlagSpec(
+        "require_compiled_kernels", "bool", False,
+        "With --autotune_compiled_kernels (for CI): a launch that "
+        "compiles instead of being served from them is an error naming "
+        "the kernel and why nothing was served."),
+    FlagSpec(
         "autotune_incumbents_from", "list", (),
         "Comma-separated results files whose entries are incumbents: a "
         "fusion being tuned keeps its incumbent's config unless a challenger "
@@ -364,7 +369,7 @@ def import_time_choices(env=None):
     try:
         options = parse(env.get(ENV_VAR, ""), env, resolve=False)
     except AutotuneFlagsError:
-        return "auto", False, ()
+        return "auto", False, (), False
     exit_if_bazel_cache_missing(options, env)
     compiled = []
     for path in options.autotune_compiled_kernels:
@@ -374,7 +379,7 @@ def import_time_choices(env=None):
         except AutotuneFlagsError:
             pass  # the session reports it
     return (options.autotune_backend, bool(options.autotune_dropin),
-            tuple(compiled))
+            tuple(compiled), bool(options.require_compiled_kernels))
 
 
 def exit_with_help_if_asked(text):

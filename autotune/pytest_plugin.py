@@ -89,7 +89,9 @@ def _compiled_dir(config, ini, ini_dir):
         raise _usage(f"{source}: {given or value} is not a directory (build "
                      "it with `autotune_cache compile CACHE --target sm_90 "
                      "-o DIR`)")
-    triton_cache.configure_environment([path])
+    # AUTOTUNE_FLAGS=--require_compiled_kernels holds here too.
+    triton_cache.configure_environment(
+        [path], require=flags.import_time_choices()[3])
     return path
 
 
@@ -621,7 +623,8 @@ class AutotunePlugin:
                        "missing": [m for m in misses
                                    if m["status"] == "missing"],
                        "stale": [m for m in misses if m["status"] == "stale"],
-                       "bypassing": self._bypassing}
+                       "bypassing": self._bypassing,
+                       "compiled_kernels": self._compiled}
         if self.settings.update:
             self._finish_update(session, exitstatus, runs)
         if self.settings.report:
@@ -642,6 +645,7 @@ class AutotunePlugin:
                 "fusions": _fusion_records(self.sessions),
                 "misses": self.misses, "narrowed": self.narrowed,
                 "bypassing": bypassing_kernels(str(self.config.rootpath)),
+                "compiled_kernels": triton_cache.counts_report(),
                 "entries": codec.encode(
                     entries, "worker.textproto").decode() if entries else ""}
 
@@ -654,6 +658,7 @@ class AutotunePlugin:
         """Statistics, misses and tuned entries of the whole run, from this
         process or, on a controller, from every worker."""
         if not self.is_controller:
+            self._compiled = triton_cache.counts_report()
             self._bypassing = bypassing_kernels(str(self.config.rootpath))
             self._fusions = _fusion_records(self.sessions)
             return (_stats_dict(self.sessions), self.misses,
@@ -675,6 +680,8 @@ class AutotunePlugin:
                     payload["entries"].encode(), f"{worker}.textproto")))
         self._bypassing = sorted(bypassing)
         self._fusions = _sorted_records(fusions)
+        self._compiled = triton_cache.merged_counts(
+            [p.get("compiled_kernels") for _, p in self.worker_outputs])
         return stats, misses, runs
 
     def _merge(self, runs):

@@ -8,6 +8,7 @@ import os
 
 from autotune.log import printable
 from autotune.log import redact_text  # a URL's password never shows
+from autotune.measure import triton_cache
 
 
 def relative(path, config):
@@ -50,6 +51,9 @@ def write_summary(terminalreporter, result, changes, config):
         f"{r['saved_seconds']:.2f} s saved "
         f"({r['mode'] + ('=all' if r.get('retune') else '')} "
         f"{relative(r['cache'], config)})")
+    if r.get("compiled_kernels"):
+        tr.write_line("autotune: " + triton_cache.counts_text(
+            r["compiled_kernels"]))
     if r.get("unmeasured_configs"):
         tr.write_line(f"autotune: {r['unmeasured_configs']} offered "
                       "config(s) never measured (added to a config "

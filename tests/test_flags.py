@@ -49,6 +49,7 @@ EXPECTED_DEFAULTS = {
     "autotune_compile_check": None,
     "autotune_compile_jobs": 0,
     "autotune_compiled_kernels": [],
+    "require_compiled_kernels": False,
     "autotune_incumbents_from": [],
     "autotune_retune": False,
     "autotune_version_match": "loose",

@@ -3,6 +3,7 @@ records a compile request per winner launch, `autotune_cache compile`
 builds them, and `--autotune-compiled=DIR` (ini `autotune_compiled`) makes
 the session's Triton cache read DIR first; a DIR that is not there stops
 the run naming it."""
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import os
 def test_compiled_kernels_are_served():
     from autotune.measure import triton_cache
     assert os.environ["TRITON_CACHE_MANAGER"] == triton_cache.MANAGER
-    dirs = os.environ[triton_cache.COMPILED_DIRS_ENV].split(os.pathsep)
+    dirs = triton_cache.compiled_dirs()
     assert dirs == [os.path.abspath(os.environ["EXPECTED_COMPILED"])]
 '''
 
@@ -41,8 +42,25 @@ def test_update_records_requests_and_the_compiled_option_serves_them(
     assert "0 of 3 entries without a compile request" in built.stdout
     (pytester.path / "test_env.py").write_text(textwrap.dedent(ENV_TEST))
     monkeypatch.setenv("EXPECTED_COMPILED", str(out))
-    run = run_pytest(pytester, *PLUGIN, "--autotune-compiled=compiled", "test_env.py")
+    run = run_pytest(pytester, *PLUGIN, "--autotune-compiled=compiled",
+                     "--autotune-report=report.json", "test_env.py")
     assert run.returncode == 0, run.output
+    # Counted in the terminal summary and the JSON report (on the
+    # interpreter nothing compiles, so nothing is served either).
+    assert "autotune: compiled kernels: 0 served, 0 compiled" in run.output
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert report["compiled_kernels"] == {
+        "directories": [str(out)], "served": 0, "compiled": 0,
+        "compiled_kernels": []}
+    # Under pytest-xdist the controller adds up its workers' counts.
+    run = run_pytest(pytester, *PLUGIN, "--autotune-compiled=compiled",
+                     "--autotune-report=report.json", "-n", "2",
+                     "test_env.py")
+    assert run.returncode == 0, run.output
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert report["compiled_kernels"] == {
+        "directories": [str(out)], "served": 0, "compiled": 0,
+        "compiled_kernels": []}
     # The ini key, relative to the ini file.
     with open(pytester.path / "pyproject.toml", "a") as f:
         f.write('autotune_compiled = "compiled"\n')

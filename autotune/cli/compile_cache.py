@@ -20,9 +20,11 @@ caches you trust, and load it only from builds you trust.
 """
 import concurrent.futures
 import dataclasses
+import json
 import multiprocessing
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -112,6 +114,7 @@ def _build(task):
     os.environ["TRITON_INTERPRET"] = "0"
     compile_check._quiet_fp_fusion_notice()
     import triton
+    _relative_source_names()
     from triton.backends.compiler import GPUTarget
     request = CompileRequest(*request)
     target = compile_check.Target(*target)
@@ -137,17 +140,77 @@ def _build(task):
         result, compiled, target, options.get("num_warps", 4), start))
 
 
-def _set_build_environment(out, triton_env):
-    """The environment the workers inherit: Triton's cache is `out`, and
-    the cache-invalidating variables are exactly `triton_env`."""
+# Set for every build: only the binary and its metadata are kept (the
+# same keys; the IR stages Triton would also write are most of the output
+# and hold the source's absolute paths), and no line info (it holds the
+# source's absolute paths too, so the same cache compiled from two
+# checkouts would differ): a binary served is the one a launch would
+# compile, less its line table.
+BUILD_ENV = {"TRITON_STORE_BINARY_ONLY": "1"}
+# What a launch loads; the rest (the source's IR, which Triton writes
+# even with TRITON_STORE_BINARY_ONLY) goes.
+KEPT_SUFFIXES = (".json", ".cubin", ".hsaco")
+# While a compile writes DIR: a second one into the same DIR is refused.
+LOCK_NAME = ".autotune-compile.lock"
+
+
+def _relative_source_names():
+    """A fixed source root: the file names Triton writes into a binary's
+    line info become relative to the module search path entry they were
+    found under (autotune/kernels/softmax.py, not /home/me/src/...), so
+    that the same kernels compiled from two checkouts or Bazel output
+    bases give the same bytes. Triton's keys do not hold the file name.
+    Triton 3.9 reads it from the JIT function's file_name, Triton 3.6
+    through jit.get_jit_fn_file_line."""
+    from triton.compiler import code_generator
+    from triton.runtime import jit
+    roots = sorted({os.path.join(os.path.abspath(p), "") for p in sys.path
+                    if p and os.path.isdir(p)}, key=len, reverse=True)
+
+    def relative(name):
+        for root in roots:
+            if isinstance(name, str) and name.startswith(root):
+                return name[len(root):]
+        return name
+    original = getattr(jit, "get_jit_fn_file_line", None)
+    if original is not None and not hasattr(original, "relative_names"):
+        def file_line(fn):
+            name, line = original(fn)
+            return relative(name), line
+        file_line.relative_names = True
+        jit.get_jit_fn_file_line = file_line
+        if getattr(code_generator, "get_jit_fn_file_line", None) is original:
+            code_generator.get_jit_fn_file_line = file_line
+    cls = getattr(jit, "JITCallable", jit.JITFunction)
+    if not isinstance(cls.__dict__.get("file_name"), property):
+        def keep(self, value):
+            self.__dict__["file_name"] = value
+        # A data descriptor: read before the instance's own attribute.
+        cls.file_name = property(
+            lambda self: relative(self.__dict__.get("file_name")), keep)
+
+
+def _given_triton_env(triton_env):
+    """--triton_env's NAME=VALUE items, each one of Triton's
+    cache-invalidating variables (asked of Triton)."""
     given = {}
     for item in triton_env:
         name, eq, value = item.partition("=")
-        if not eq or not name.startswith(("TRITON_", "MLIR_", "LLVM_",
-                                          "NVPTX_", "USE_")):
+        if not eq or not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
             raise ToolError(f"compile: --triton_env {item!r}: expected "
-                            "NAME=VALUE of a Triton variable")
+                            "NAME=VALUE")
+        if not triton_cache.is_cache_invalidating(name):
+            raise ToolError(
+                f"compile: --triton_env {item!r}: {name} is not one of "
+                "Triton's cache-invalidating variables (only those belong "
+                "in --triton_env: the tests must see the same ones)")
         given[name] = value
+    return given
+
+
+def _set_build_environment(out, given):
+    """The environment the workers inherit: Triton's cache is `out`, and
+    the cache-invalidating variables are exactly `given`."""
     os.environ["TRITON_INTERPRET"] = "0"
     os.environ["TRITON_CACHE_DIR"] = out
     os.environ.pop("TRITON_CACHE_MANAGER", None)
@@ -155,7 +218,87 @@ def _set_build_environment(out, triton_env):
         if name not in given:
             os.environ.pop(name)
     os.environ.update(given)
+    os.environ.update(BUILD_ENV)
     return triton_cache.cache_invalidating_env()
+
+
+def _claim_output(given):
+    """Creates the output directory (or takes an empty one) and claims it
+    with a lock file: a second compile into it at the same time is
+    refused. Returns (absolute path, lock path)."""
+    out = os.path.abspath(given)
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise ToolError(f"compile: {given} exists and is not a directory")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise ToolError(f"compile: cannot create {given}: "
+                        f"{e.strerror or e}") from None
+    lock = os.path.join(out, LOCK_NAME)
+    if os.listdir(out):
+        if os.path.lexists(lock):
+            raise ToolError(f"compile: another compile is writing {given} "
+                            f"(or one was stopped: it holds {LOCK_NAME}; "
+                            "give a new directory)")
+        raise ToolError(f"compile: {given} is not empty (the "
+                        "directory is written whole; give a new one)")
+    try:
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        raise ToolError(f"compile: another compile is writing {given} at "
+                        "the same time") from None
+    except OSError as e:
+        raise ToolError(f"compile: cannot write {given}: "
+                        f"{e.strerror or e}") from None
+    if sorted(os.listdir(out)) != [LOCK_NAME]:
+        os.unlink(lock)
+        raise ToolError(f"compile: another compile is writing {given} at "
+                        "the same time")
+    return out, lock
+
+
+def normalise_tree(out):
+    """Makes the tree Triton wrote independent of where it was built:
+    group files name their children by bare name (the read-through
+    manager resolves them in the key's folder), the metadata names
+    Triton's libraries by file name, and Triton's temporary folders go."""
+    for key in sorted(os.listdir(out)):
+        folder = os.path.join(out, key)
+        if not os.path.isdir(folder) or os.path.islink(folder):
+            continue
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and name.startswith("tmp."):
+                shutil.rmtree(path, ignore_errors=True)
+            elif name.startswith("__grp__"):
+                with open(path) as f:
+                    group = json.load(f)
+                children = sorted(c for c in group.get("child_paths", {})
+                                  if c.endswith(KEPT_SUFFIXES))
+                with open(path, "w") as f:
+                    json.dump({"child_paths": {c: c for c in children}}, f,
+                              sort_keys=True)
+            elif not name.endswith(KEPT_SUFFIXES):
+                os.unlink(path)
+            elif name.endswith(".json"):
+                _normalise_metadata(path)
+
+
+def _normalise_metadata(path):
+    """The metadata's extern_libs name files of the building machine's
+    Triton by absolute path (the key holds their contents' hash, and no
+    launch reads them): kept by file name only."""
+    with open(path) as f:
+        metadata = json.load(f)
+    libs = metadata.get("extern_libs")
+    if not isinstance(libs, list):
+        return
+    metadata["extern_libs"] = [
+        [item[0], os.path.basename(item[1])]
+        if isinstance(item, list) and len(item) == 2 and
+        isinstance(item[1], str) else item for item in libs]
+    with open(path, "w") as f:
+        json.dump(metadata, f)
 
 
 def cmd_compile(args):
@@ -163,13 +306,6 @@ def cmd_compile(args):
         targets = compile_check.parse_targets(args.target)
     except CompileCheckError as e:
         raise ToolError(f"compile: {e}") from None
-    out = os.path.abspath(args.output)
-    if os.path.isdir(out) and os.listdir(out):
-        raise ToolError(f"compile: {args.output} is not empty (the "
-                        "directory is written whole; give a new one)")
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise ToolError(f"compile: {args.output} exists and is not a "
-                        "directory")
     entries = []
     for path in args.caches:
         entries += read_cache(path, parse_all=True)
@@ -177,15 +313,25 @@ def cmd_compile(args):
     import_paths = [os.path.abspath(p) for p in args.import_path]
     for path in reversed(import_paths):
         sys.path.insert(0, path)
-    env = _set_build_environment(out, args.triton_env)
-    import triton
+    triton_env = _given_triton_env(args.triton_env)
+    out, lock = _claim_output(args.output)
+    try:
+        return _compile_into(args, out, targets, entries, work, import_paths,
+                             triton_env)
+    finally:
+        if os.path.lexists(lock):
+            os.unlink(lock)
+
+
+def _compile_into(args, out, targets, entries, work, import_paths,
+                  triton_env):
+    env = _set_build_environment(out, triton_env)
     for module in args.kernel_module:
         try:
             __import__(module)
         except ImportError as e:
             raise ToolError(f"compile: --kernel_module {module}: {e}") \
                 from None
-    os.makedirs(out, exist_ok=True)
     jobs = args.jobs or min(8, os.cpu_count() or 1)
     tasks = [(tuple(r), dataclasses.astuple(t), import_paths)
              for r, t in work.tasks]
@@ -207,15 +353,17 @@ def cmd_compile(args):
     for entry, reason in work.mismatched:
         print(printable(f"compile: skipped a request of {entry.key.kernel} "
                         f"[{entry.key.signature}]: {reason}"))
+    normalise_tree(out)
+    # No timings, paths or dates: the same inputs give the same bytes.
+    identity = triton_cache.build_identity([t.name for t in targets])
     triton_cache.write_manifest(out, {
-        "triton_version": triton.__version__,
+        "triton_version": identity["triton_version"],
         "targets": [t.name for t in targets],
         "triton_env": env,
+        "identity": identity,
         "built": sum(r["ok"] for r in results),
         "failed": len(failed),
         "entries_without_request": len(work.without),
-        "seconds": round(wall, 3),
-        "compile_seconds": round(sum(r["seconds"] for r in results), 3),
     })
     print(f"compile: {len(results) - len(failed)} of {len(results)} "
           f"binaries built for {','.join(t.name for t in targets)} in "

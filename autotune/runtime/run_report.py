@@ -6,6 +6,7 @@ import os
 from autotune import codec
 from autotune import log as logs
 from autotune.errors import AutotuneError
+from autotune.measure import triton_cache
 from autotune.report import page, summary
 from autotune.runtime import distributed
 
@@ -44,6 +45,9 @@ def summary_line(sess):
     if s.unmeasured_configs:
         line += (f"; {s.unmeasured_configs} offered config(s) never "
                  "measured (an update measures them)")
+    compiled = triton_cache.counts_report()
+    if compiled is not None:
+        line += "; " + triton_cache.counts_text(compiled)
     return line
 
 
@@ -62,6 +66,7 @@ def report(sess):
             "loaded": sess.load_reports,
             "remote": remote.report() if remote else None,
             "distributed": distributed_report(sess),
+            "compiled_kernels": triton_cache.counts_report(),
             "missing": [{"kernel": k.kernel, "signature": k.signature,
                          "device": k.device,
                          "reason": sess.stats.fusions.get(k, {}).get(

@@ -6,6 +6,21 @@ its output directory is an ordinary artifact: --disk_cache and
 targets and Triton variables replays it without executing anything.
 gpu_autotuned_test(compile_for = [...]) declares one per load target and
 hands its directory to the test (--autotune_compiled_kernels).
+
+The output is reproducible: the same inputs give the same bytes on any
+executor with the same Triton and Python, whatever the output base or the
+checkout's path (`autotune_cache compile` keeps binaries and metadata only,
+names group files' children by bare name and the line info's source files
+relative to their import root), so a re-executed action (an eviction, two
+runners missing at once, remote execution) leaves the test's inputs as
+they were. The Triton and Python that build are inputs of the action
+through the tool's runfiles wherever Bazel provides them (the
+--@rules_autotune//:python_deps library, e.g. a pip hub, and a hermetic
+Python toolchain), so upgrading either re-runs it. With the Python found
+on PATH (python_deps_from_interpreter) Bazel cannot see them; the
+directory's manifest then still records the build's identity, and the
+load test names the first difference with its own in one line
+(--require_compiled_kernels makes that a failure).
 """
 
 def _import_roots(files):
