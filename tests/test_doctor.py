@@ -574,20 +574,22 @@ def test_compiled_kernels_are_checked_for_serving_here(tmp_path):
     built = tmp_path / "built"
     built.mkdir()
     triton_cache.write_manifest(str(built), {
-        "triton_version": triton.__version__, "targets": ["sm_90"],
-        "triton_env": triton_cache.cache_invalidating_env(), "built": 3})
+        "targets": ["sm_90"], "built": 3,
+        "identity": triton_cache.build_identity(["sm_90"])})
     line = run(doctor.check_compiled, machine(
         tmp_path, compiled_kernels=(str(built),)))
     assert line.status == "ok" and "served here" in line.found, line
     other = tmp_path / "other"
     other.mkdir()
+    identity = dict(triton_cache.build_identity(["sm_90"]),
+                    triton_version="3.4.0")
     triton_cache.write_manifest(str(other), {
-        "triton_version": "3.4.0", "targets": ["sm_90"], "triton_env": {},
-        "built": 3})
+        "targets": ["sm_90"], "built": 3, "identity": identity})
     line = run(doctor.check_compiled, machine(
         tmp_path, compiled_kernels=(str(built), str(other))))
     assert line.status == "FAIL", line
-    assert f"were built by Triton 3.4.0, this is Triton {triton.__version__}" \
+    assert ("were built by Triton 3.4.0, this test runs Triton "
+            f"{triton.__version__}") \
         in line.found and str(other) in line.found
     line = run(doctor.check_compiled, machine(
         tmp_path, compiled_kernels=(str(tmp_path / "missing"),)))

@@ -40,7 +40,7 @@ warn, FAIL, skip), what was found and, where something is wrong, the fix
   that differs: a stale stamp fails every GPU test);
 - `compiled`: with --compiled_kernels, whether this process would be
   served from those directories, by the runtime's own check of their
-  manifest against this process (triton_cache.usable_root, called in one
+  build identity against this process (triton_cache.identity_problem, called in one
   place: _serving_verdict);
 - `kernel`: one tiny kernel compiled for the local GPU's target (sm_90
   without a GPU, with the ptxas Triton would use) and, on a GPU, launched
@@ -53,7 +53,6 @@ when any check FAILs, else 0.
 import argparse
 import dataclasses
 import inspect
-import logging
 import os
 import re
 import shutil
@@ -830,21 +829,9 @@ def check_runner_stamp(machine, state):
 def _serving_verdict(root):
     """(served, reason) for one compiled-kernel directory: whether this
     process's launches would be served from it, by the runtime's own
-    check (triton_cache.usable_root, whose refusal is its log line)."""
-    heard = []
-
-    class _Heard(logging.Handler):
-        def emit(self, record):
-            heard.append(record.getMessage())
-    logger = logs.get("runtime")
-    handler = _Heard()
-    logger.addHandler(handler)
-    try:
-        served = triton_cache.usable_root(root)
-    finally:
-        logger.removeHandler(handler)
-    reason = heard[0].removeprefix("autotune: ") if heard else ""
-    return served, reason
+    build-identity check (triton_cache.identity_problem)."""
+    problem = triton_cache.identity_problem(root)
+    return problem is None, problem or ""
 
 
 def check_compiled(machine, state):
