@@ -645,6 +645,9 @@ def configure(backend=None, **options):
     (finishing it first)."""
     global _SESSION
     unknown = set(options) - set(flags.flag_names())
+    for name in sorted(unknown):
+        if flags.removed_flag_message(name):
+            raise AutotuneError(flags.removed_flag_message(name))
     if unknown:
         raise AutotuneError(f"unknown option(s): {', '.join(sorted(unknown))};"
                             f" known: {', '.join(flags.flag_names())}")
