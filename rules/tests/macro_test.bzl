@@ -208,9 +208,11 @@ def _short(value):
     """An attribute value of native.existing_rule() as one plain string."""
     if type(value) == type({}):
         return " ".join(sorted(["%s=%s" % (k, v) for k, v in value.items()]))
-    if type(value) in [type([]), type(())] or type(value) == "sequence":
-        return " ".join(sorted([_local(str(v)) for v in value]))
-    return _local(str(value))
+    if type(value) in ["string", "int", "bool", "NoneType", "Label"]:
+        return _local(str(value))
+
+    # A list, or the read-only sequence later Bazels return.
+    return " ".join(sorted([_local(str(v)) for v in value]))
 
 def _local(label):
     """A label of this package as ":name", whatever the Bazel prints."""
