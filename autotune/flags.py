@@ -266,9 +266,10 @@ class EnvVar:
     help: str
 
 
-# Every environment variable of the package and its tools (besides
-# Bazel's TEST_* and Triton's own); tests/test_flags.py checks that the
-# code reads no other AUTOTUNE_ name and that docs/flags.md lists each.
+# Every environment variable the package and its tools read, or its
+# macros set (besides Bazel's TEST_* and Triton's own);
+# tests/test_flags.py checks that the code names no other AUTOTUNE_ one
+# and that docs/flags.md lists each.
 ENV_VARS = (
     EnvVar(ENV_VAR, YOU, "you; the macro adds to it",
            "The flags above, as XLA_FLAGS holds XLA's."),
@@ -291,6 +292,10 @@ ENV_VARS = (
     EnvVar("AUTOTUNE_GPU_SLOT_KIND", YOU, "you, rarely",
            "dump or load: overrides the gpu_slot wrapper's guess of what a "
            "test is."),
+    EnvVar("AUTOTUNE_GPU_TYPES_ENTRY", FOR_YOU,
+           "the macro, on each target of several GPU types",
+           "The target's gpu_type name, for the line a test on another "
+           "device prints."),
     EnvVar(RETUNE_ENV_VAR, FOR_YOU, "regenerate --retune",
            "1: sets --autotune_retune in the dump targets it runs."),
     EnvVar("AUTOTUNE_COMPILED_KERNEL_DIRS", FOR_YOU, "import autotune",

@@ -365,15 +365,16 @@ ENV_NAME = re.compile(r"""["'](AUTOTUNE_[A-Z0-9_]+)["']""")
 
 def variables_the_code_names():
     """{AUTOTUNE_* name: files} for every whole string literal of such a
-    name in the package, its tools and benchmarks: what os.environ reads
-    (directly or through a constant)."""
+    name in the package, its tools, benchmarks and macros: what os.environ
+    reads (directly or through a constant) and what a macro sets."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     found = {}
     paths = [os.path.join(root, "pytest_autotune.py")]
-    for folder in ("autotune", "tools", "bench"):
+    for folder in ("autotune", "tools", "bench", os.path.join("rules",
+                                                              "private")):
         for base, _, names in os.walk(os.path.join(root, folder)):
             paths += [os.path.join(base, n) for n in names
-                      if n.endswith((".py", ".sh"))]
+                      if n.endswith((".py", ".sh", ".bzl"))]
     for path in paths:
         with open(path, encoding="utf-8") as f:
             for name in ENV_NAME.findall(f.read()):
@@ -422,4 +423,3 @@ def test_flags_and_variables_are_grouped_by_who_sets_them():
     remote = by_title[gen_docs.GROUP_TITLES[flags.REMOTE]]
     for parameter in flags.REMOTE_URL_PARAMETERS:
         assert f"`{parameter.name}`" in remote, parameter.name
-    assert len(flags.FLAGS) <= 24

@@ -45,6 +45,10 @@ KERNEL_PACKAGES = "absl-py,protobuf,torch,triton"
 
 COMPILED_SUFFIX = "_compiled_kernels"
 
+# Names the gpu_types entry of a target of several types, for the line a
+# test on the wrong device prints.
+GPU_TYPES_ENTRY_ENV = "AUTOTUNE_GPU_TYPES_ENTRY"
+
 # Triton's keys hold which cache-invalidating variables are set: the
 # compile action and the test must set the same ones. Triton 3.9 warns
 # when this one is unset (its default changes in 3.10), so it is set
@@ -334,20 +338,27 @@ def gpu_autotuned_test(
             # Regenerate runs a dump target only where the device matches.
             device_tags.append(DEVICE_TAG_PREFIX + kind.device)
 
+        type_load_env, type_env = load_env, env
+        if len(kinds.value) > 1 and GPU_TYPES_ENTRY_ENV not in env:
+            type_load_env = dict(load_env)
+            type_load_env[GPU_TYPES_ENTRY_ENV] = kind.name
+            type_env = dict(env)
+            type_env[GPU_TYPES_ENTRY_ENV] = kind.name
+
         load_kwargs = dict(routed)
         if shard_count != None:
             load_kwargs["shard_count"] = shard_count
         test_rule(
             name = target,
             data = load_data,
-            env = _test_env(what, load_env, load_flags + device_flags),
+            env = _test_env(what, type_load_env, load_flags + device_flags),
             tags = test_tags,
             **load_kwargs
         )
         test_rule(
             name = target + DUMP_SUFFIX,
             data = dump_data,
-            env = _test_env(what, env, dump_flags),
+            env = _test_env(what, type_env, dump_flags),
             tags = test_tags + [t for t in dump_tags + device_tags if t not in test_tags],
             shard_count = 1,
             **routed

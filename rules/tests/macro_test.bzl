@@ -180,6 +180,12 @@ def _generated_rules_test_impl(ctx):
         "--autotune_expected_gpu=triton-interpreter",
     ]), got["fleet_test_cpu.env:AUTOTUNE_FLAGS"])
     asserts.equals(env, "2", got["fleet_test_h100.shard_count"])
+
+    # Each type's targets name their gpu_types entry; one type's, none.
+    asserts.equals(env, "h100", got["fleet_test_h100.env:AUTOTUNE_GPU_TYPES_ENTRY"])
+    asserts.equals(env, "h100", got["fleet_test_h100_autotune_dump.env:AUTOTUNE_GPU_TYPES_ENTRY"])
+    asserts.equals(env, "cpu", got["fleet_test_cpu.env:AUTOTUNE_GPU_TYPES_ENTRY"])
+    asserts.equals(env, "", got["golden_test.env:AUTOTUNE_GPU_TYPES_ENTRY"])
     asserts.equals(env, "1", got["fleet_test_h100_autotune_dump.shard_count"])
 
     # The type's properties as test. keys, joined with the caller's; its
