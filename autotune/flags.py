@@ -49,6 +49,16 @@ class FlagSpec:
     # Resolved against the TEST_WORKSPACE/ and TEST_UNDECLARED_OUTPUTS_DIR/
     # prefixes (list flags: every item).
     path: bool = False
+    # Who sets it, as docs/flags.md groups the table: YOU, FOR_YOU (the
+    # macro, the pytest plugin or regenerate write it) or REMOTE.
+    group: str = "you"
+
+
+# The groups of docs/flags.md, in its order.
+YOU = "you"
+FOR_YOU = "for you"
+REMOTE = "remote"
+GROUPS = (YOU, FOR_YOU, REMOTE)
 
 
 # Options' fields follow this order (it is also the order in which error
@@ -57,27 +67,31 @@ FLAGS = (
     FlagSpec(
         "per_fusion_autotune_cache_dir", "string", None,
         "Directory with one cache file per fusion, shared by runs and "
-        "processes. Must exist.", path=True),
+        "processes. Must exist.", path=True,
+        group=FOR_YOU),
     FlagSpec(
         "autotune_cache_mode", "enum", "update",
         "update: add tuned fusions to the per-fusion directory; read: never "
-        "write it.", enum_values=("update", "read")),
+        "write it.", enum_values=("update", "read"),
+        group=FOR_YOU),
     FlagSpec(
         "dump_autotune_results_to", "string", None,
         "Write the results used by this run to this file at exit (.txt, "
         ".textproto, .pbtxt, .txtpb, .prototxt: text format; otherwise "
-        "binary).", path=True),
+        "binary).", path=True,
+        group=FOR_YOU),
     FlagSpec(
         "load_autotune_results_from", "list", (),
         "Comma-separated results files to load at start; may be repeated.",
-        path=True),
+        path=True, group=FOR_YOU),
     FlagSpec(
         "autotune_max_cache_bytes", "integer", DEFAULT_MAX_CACHE_BYTES,
         "The largest results file read (loaded, incumbents, an existing "
         "dump); a larger one is an error naming its size.", lower_bound=1),
     FlagSpec(
         "require_complete_autotune_results", "bool", False,
-        "Fail on any cache miss, listing every missing fusion."),
+        "Fail on any cache miss, listing every missing fusion.",
+        group=FOR_YOU),
     FlagSpec(
         "autotune_backend", "enum", "auto",
         "auto: the GPU when one is visible, else Triton's interpreter.",
@@ -90,7 +104,8 @@ FLAGS = (
     FlagSpec(
         "autotune_expected_gpu", "string", None,
         "Fail unless the device key contains this GPU name (for example "
-        "H200): a cache tuned for one GPU type is not run on another."),
+        "H200): a cache tuned for one GPU type is not run on another.",
+        group=FOR_YOU),
     FlagSpec(
         "autotune_report_to", "string", None,
         "JSON report path (default: TEST_UNDECLARED_OUTPUTS_DIR/"
@@ -104,38 +119,24 @@ FLAGS = (
     FlagSpec(
         "autotune_fail_if_sharded", "bool", False,
         "Fail when run as one shard of several (dump targets set this: a "
-        "dump must see every fusion)."),
-    # Remote cache (autotune/cache/remote.py). No password flag: flags are
-    # printed in test logs; the password comes from the environment or a file.
+        "dump must see every fusion).",
+        group=FOR_YOU),
+    # Remote cache (autotune/cache/remote.py): its settings travel in its
+    # URL (REMOTE_URL_PARAMETERS). No password anywhere in flags or URL:
+    # both are printed in test logs; the password comes from the
+    # environment or a file.
     FlagSpec(
         "autotune_remote_cache", "string", None,
-        "redis://HOST:PORT/DB (rediss:// for TLS): a shared cache looked up "
-        "after the per-fusion directory. The password comes from "
-        "AUTOTUNE_REMOTE_CACHE_PASSWORD or a file, never from a flag."),
+        "redis://HOST:PORT/DB (rediss:// for TLS), its settings as URL "
+        "parameters (?prefix=NAME&expiry_s=N&timeout_s=S&password_file=PATH"
+        "&ca_file=PATH): a shared cache looked up after the per-fusion "
+        "directory. The password comes from AUTOTUNE_REMOTE_CACHE_PASSWORD "
+        "or a file, never from a flag or the URL.", group=REMOTE),
     FlagSpec(
         "autotune_remote_cache_mode", "enum", "update",
         "update: publish tuned fusions (first writer wins); read: never "
-        "write to the remote.", enum_values=("update", "read")),
-    FlagSpec(
-        "autotune_remote_cache_prefix", "string", None,
-        "Namespace of the remote keys: PREFIX:vKEY_VERSION:... (default: "
-        "the URL's ?prefix=, else autotune)."),
-    FlagSpec(
-        "autotune_remote_cache_expiry_s", "integer", 0,
-        "Expire published entries after this many seconds (0: never).",
-        lower_bound=0),
-    FlagSpec(
-        "autotune_remote_cache_timeout_s", "float", 1.0,
-        "Connect and read timeout of each remote operation.",
-        lower_bound=0.001),
-    FlagSpec(
-        "autotune_remote_cache_password_file", "string", None,
-        "File holding the remote cache password (instead of "
-        "AUTOTUNE_REMOTE_CACHE_PASSWORD).", path=True),
-    FlagSpec(
-        "autotune_remote_cache_ca_file", "string", None,
-        "CA certificates to verify a rediss:// server with (default: the "
-        "system's).", path=True),
+        "write to the remote.", enum_values=("update", "read"),
+        group=REMOTE),
     FlagSpec(
         "autotune_compile_check", "string", None,
         "Comma-separated GPU targets (sm_90,sm_80): before measuring a "
@@ -155,7 +156,7 @@ FLAGS = (
         "Triton loads a binary from them instead of compiling it when its "
         "cache key matches; read when autotune is imported. A "
         "compiled-kernel directory is code: use only ones you trust.",
-        path=True),
+        path=True, group=FOR_YOU),
     FlagSpec(
         "require_compiled_kernels", "bool", False,
         "With --autotune_compiled_kernels (for CI): a launch that "
@@ -166,7 +167,7 @@ FLAGS = (
         "Comma-separated results files whose entries are incumbents: a "
         "fusion being tuned keeps its incumbent's config unless a challenger "
         "is faster by more than the measured noise. Files that do not exist "
-        "are ignored; may be repeated.", path=True),
+        "are ignored; may be repeated.", path=True, group=FOR_YOU),
     FlagSpec(
         "autotune_retune", "bool", False,
         "With --autotune_incumbents_from: re-measure every fusion, the "
@@ -174,7 +175,8 @@ FLAGS = (
         "Triton). Default: an incumbent whose key matches is used as it is, "
         "without measuring, and only missing or stale fusions are tuned. "
         "AUTOTUNE_RETUNE=1 in the environment sets it too (`regenerate "
-        "--retune` passes it to the dump targets)."),
+        "--retune` passes it to the dump targets).",
+        group=FOR_YOU),
     FlagSpec(
         "autotune_version_match", "enum", "loose",
         "An entry tuned under another Triton, torch or CUDA major.minor: "
@@ -205,6 +207,109 @@ FLAGS = (
         "Read at `import autotune`: triton.autotune builds this project's "
         "autotuner (autotune.install()), so @triton.autotune kernels are "
         "persisted unchanged."),
+)
+
+
+
+@dataclasses.dataclass(frozen=True)
+class URLParameter:
+    """One setting of the remote cache, a parameter of its URL."""
+    name: str
+    kind: str  # string, integer, float
+    default: object
+    help: str
+    path: bool = False
+
+
+# The remote cache's settings: --autotune_remote_cache=URL?NAME=VALUE&...
+# (autotune/cache/remote.py parses them).
+REMOTE_URL_PARAMETERS = (
+    URLParameter("prefix", "string", "autotune",
+                 "Namespace of the remote keys: PREFIX:vKEY_VERSION:... (1 "
+                 "to 64 letters, digits or _ . - /)."),
+    URLParameter("expiry_s", "integer", 0,
+                 "Expire published entries after this many seconds (0: "
+                 "never)."),
+    URLParameter("timeout_s", "float", 1.0,
+                 "Connect and read timeout of each remote operation, in "
+                 "seconds (> 0)."),
+    URLParameter("password_file", "string", None,
+                 "File holding the password (instead of "
+                 "AUTOTUNE_REMOTE_CACHE_PASSWORD).", path=True),
+    URLParameter("ca_file", "string", None,
+                 "CA certificates to verify a rediss:// server with "
+                 "(default: the system's).", path=True),
+)
+
+# Flags of earlier releases whose setting is now a URL parameter: given,
+# each is one line naming the URL form.
+REMOVED_FLAGS = {
+    "autotune_remote_cache_prefix": "prefix",
+    "autotune_remote_cache_expiry_s": "expiry_s",
+    "autotune_remote_cache_timeout_s": "timeout_s",
+    "autotune_remote_cache_password_file": "password_file",
+    "autotune_remote_cache_ca_file": "ca_file",
+}
+
+
+def removed_flag_message(name):
+    """The line for a flag REMOVED_FLAGS names; None for any other."""
+    parameter = REMOVED_FLAGS.get(name)
+    if parameter is None:
+        return None
+    return (f"--{name} is gone: the remote cache's settings are parameters "
+            f"of its URL: --autotune_remote_cache=redis://HOST:PORT/DB?"
+            f"{parameter}=VALUE")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvVar:
+    """One environment variable the package or its tools read."""
+    name: str
+    group: str  # YOU, FOR_YOU or REMOTE, as for flags
+    setter: str  # who sets it
+    help: str
+
+
+# Every environment variable the package and its tools read, or its
+# macros set (besides Bazel's TEST_* and Triton's own);
+# tests/test_flags.py checks that the code names no other AUTOTUNE_ one
+# and that docs/flags.md lists each.
+ENV_VARS = (
+    EnvVar(ENV_VAR, YOU, "you; the macro adds to it",
+           "The flags above, as XLA_FLAGS holds XLA's."),
+    EnvVar("AUTOTUNE_RUNNER_STAMP", YOU, "the GPU runner, before bazel test",
+           "The runner's GPU, driver, Triton, torch and CUDA "
+           "(tools/runner_stamp.py): keys the cached results of the "
+           "macro's targets, which inherit it; a test checks it against "
+           "what it runs with."),
+    EnvVar("AUTOTUNE_LOCK_DIR", YOU, "you (regenerate passes it on)",
+           "Folder of the device locks and GPU slots, shared by every "
+           "process of a host (default /tmp/rules_autotune-locks-UID); an "
+           "absolute path."),
+    EnvVar("AUTOTUNE_GPU_SLOT_LOADS_PER_DEVICE", YOU,
+           "you (regenerate passes it on)",
+           "Load targets that share one GPU under the gpu_slot wrapper "
+           "(default 2)."),
+    EnvVar("AUTOTUNE_GPU_SLOT_DEVICES", YOU, "you (regenerate passes it on)",
+           "How many devices the gpu_slot wrapper spreads tests over "
+           "(default: the GPUs nvidia-smi lists)."),
+    EnvVar("AUTOTUNE_GPU_SLOT_KIND", YOU, "you, rarely",
+           "dump or load: overrides the gpu_slot wrapper's guess of what a "
+           "test is."),
+    EnvVar("AUTOTUNE_GPU_TYPES_ENTRY", FOR_YOU,
+           "the macro, on each target of several GPU types",
+           "The target's gpu_type name, for the line a test on another "
+           "device prints."),
+    EnvVar(RETUNE_ENV_VAR, FOR_YOU, "regenerate --retune",
+           "1: sets --autotune_retune in the dump targets it runs."),
+    EnvVar("AUTOTUNE_COMPILED_KERNEL_DIRS", FOR_YOU, "import autotune",
+           "The compiled-kernel folders (--autotune_compiled_kernels) for "
+           "the Triton cache manager of this process and its children."),
+    EnvVar("AUTOTUNE_REMOTE_CACHE_PASSWORD", REMOTE, "you, or the CI secret",
+           "The remote cache's password (never a flag or in the URL)."),
+    EnvVar("AUTOTUNE_REMOTE_CACHE_PASSWORD_FILE", REMOTE, "you",
+           "A file holding it (the URL's password_file comes first)."),
 )
 
 _PYTHON_TYPES = {"string": str, "enum": str, "bool": bool, "integer": int,
@@ -324,6 +429,9 @@ def parse(text, env=None, resolve=True):
             # is (a test log, a pytest error, a script's traceback).
             raise AutotuneFlagsError(f"{ENV_VAR}={arg}: the flags are:\n"
                                      + usage())
+        removed = removed_flag_message(arg.lstrip("-").split("=", 1)[0])
+        if removed:
+            raise AutotuneFlagsError(f"{ENV_VAR}: {removed}")
         if not arg.startswith("-"):
             # Not quoted: it may be the part of a password after a space.
             after = f" (after {argv[number - 2].split('=')[0]})" \

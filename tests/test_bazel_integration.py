@@ -242,13 +242,13 @@ def test_flags_from_env_and_macro_are_combined(workspace):
         """, {"t.py": ""})
     write_package(workspace, "flags/twice", """\
         load("@rules_python//python:defs.bzl", "py_test")
-        load("//rules:defs.bzl", "gpu_autotuned_test")
+        load("//rules:defs.bzl", "gpu_autotuned_test", "gpu_type")
 
         gpu_autotuned_test(
             name = "twice",
             srcs = ["t.py"],
             autotune_flags = ["--autotune_expected_gpu=H100"],
-            gpu_type = "H200",
+            gpu_types = gpu_type(device = "H200"),
             test_rule = py_test,
         )
         """, {"t.py": ""})

@@ -235,7 +235,7 @@ def docstring_args(doc):
 def reference_tables():
     """{macro: {attribute: default cell}} from docs/bazel.md's macro
     reference: a `### `macro`` heading followed by a table."""
-    text = _read(os.path.join(DOCS, "bazel.md"))
+    text = _read(os.path.join(DOCS, "bazel-reference.md"))
     tables = {}
     for m in re.finditer(r"^### `(\w+)`\s*$(.*?)(?=^#{1,3} |\Z)", text,
                          re.S | re.M):

@@ -1,4 +1,6 @@
 import os
+import re
+import sys
 
 import pytest
 
@@ -41,11 +43,6 @@ EXPECTED_DEFAULTS = {
     "autotune_fail_if_sharded": False,
     "autotune_remote_cache": None,
     "autotune_remote_cache_mode": "update",
-    "autotune_remote_cache_prefix": None,
-    "autotune_remote_cache_expiry_s": 0,
-    "autotune_remote_cache_timeout_s": 1.0,
-    "autotune_remote_cache_password_file": None,
-    "autotune_remote_cache_ca_file": None,
     "autotune_compile_check": None,
     "autotune_compile_jobs": 0,
     "autotune_compiled_kernels": [],
@@ -86,18 +83,18 @@ def test_list_defaults_are_not_shared():
 
 def test_parsed_values_have_the_option_types():
     opts = flags.parse(
-        "--autotune_remote_cache_expiry_s=5 "
-        "--autotune_remote_cache_timeout_s=2 --autotune_workers=2 "
+        "--autotune_compile_jobs=5 "
+        "--autotune_distributed_timeout_s=2 --autotune_workers=2 "
         "--autotune_dropin --autotune_remote_cache_mode=read", env={})
-    assert opts.autotune_remote_cache_expiry_s == 5
-    assert isinstance(opts.autotune_remote_cache_expiry_s, int)
-    assert opts.autotune_remote_cache_timeout_s == 2.0
-    assert isinstance(opts.autotune_remote_cache_timeout_s, float)
+    assert opts.autotune_compile_jobs == 5
+    assert isinstance(opts.autotune_compile_jobs, int)
+    assert opts.autotune_distributed_timeout_s == 2.0
+    assert isinstance(opts.autotune_distributed_timeout_s, float)
     assert opts.autotune_workers == 2
     assert opts.autotune_dropin is True
     assert opts.autotune_remote_cache_mode == "read"
-    with pytest.raises(flags.AutotuneFlagsError, match="expiry"):
-        flags.parse("--autotune_remote_cache_expiry_s=-1", env={})
+    with pytest.raises(flags.AutotuneFlagsError, match="compile_jobs"):
+        flags.parse("--autotune_compile_jobs=-1", env={})
     with pytest.raises(flags.AutotuneFlagsError, match="remote_cache_mode"):
         flags.parse("--autotune_remote_cache_mode=write", env={})
 
@@ -108,8 +105,7 @@ def test_every_path_flag_is_resolved():
         " ".join(f"--{n}=TEST_UNDECLARED_OUTPUTS_DIR/{n}" for n in (
             "per_fusion_autotune_cache_dir", "dump_autotune_results_to",
             "load_autotune_results_from", "autotune_report_to",
-            "autotune_remote_cache_password_file",
-            "autotune_remote_cache_ca_file", "autotune_incumbents_from")),
+            "autotune_incumbents_from")),
         env=env)
     assert opts.per_fusion_autotune_cache_dir == \
         "/out/per_fusion_autotune_cache_dir"
@@ -117,10 +113,6 @@ def test_every_path_flag_is_resolved():
     assert opts.load_autotune_results_from == [
         "/out/load_autotune_results_from"]
     assert opts.autotune_report_to == "/out/autotune_report_to"
-    assert opts.autotune_remote_cache_password_file == \
-        "/out/autotune_remote_cache_password_file"
-    assert opts.autotune_remote_cache_ca_file == \
-        "/out/autotune_remote_cache_ca_file"
     assert opts.autotune_incumbents_from == ["/out/autotune_incumbents_from"]
 
 
@@ -232,7 +224,7 @@ def test_bad_option_values_are_rejected(session_factory, options):
         session_factory(**options)
 
 
-@pytest.mark.parametrize("flag", ["autotune_remote_cache_timeout_s"])
+@pytest.mark.parametrize("flag", ["autotune_distributed_timeout_s"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
 def test_non_finite_float_flags_fail_at_parse(flag, value, session_factory):
     with pytest.raises(flags.AutotuneFlagsError, match=flag):
@@ -256,10 +248,12 @@ def test_every_float_flag_is_checked_for_finiteness():
     "--autotune_remote_cache='{url}",                    # unbalanced '
     '--autotune_remote_cache="{url} --autotune_workers=2',  # unbalanced "
     "--autotune_remote_cache={url}",
-    "--autotune_remote_cache='{url}' --autotune_remote_cache_timeout_s=nan",
+    "--autotune_remote_cache='{url}' --autotune_distributed_timeout_s=nan",
     "--autotune_remote_cache=redis://bob:{secret} word@h/0",  # a space
     "--autotune_remote_cache redis://bob:{secret}@h/0",
-    "--autotune_remote_cache_timeout_s=redis://bob:{secret}@h/0",
+    "--autotune_distributed_timeout_s=redis://bob:{secret}@h/0",
+    # A flag of an earlier release, now a URL parameter.
+    "--autotune_remote_cache_password_file=redis://bob:{secret}@h/0",
 ])
 def test_no_password_in_autotune_flags_errors(value, monkeypatch, capsys):
     for url in HOSTILE_URLS[:6]:
@@ -289,10 +283,10 @@ def test_unbalanced_quote_names_the_flags_not_the_value():
     ("autotune_max_cache_bytes", "16", "expected a whole number"),
     ("autotune_max_cache_bytes", 0, "expected a whole number >= 1"),
     ("autotune_max_cache_bytes", 2.5, "expected a whole number"),
-    ("autotune_remote_cache_timeout_s", 0.0, "expected a number >= 0.001"),
-    ("autotune_remote_cache_timeout_s", "1", "expected a finite number"),
+    ("autotune_distributed_timeout_s", 0.0, "expected a number >= 0.001"),
+    ("autotune_distributed_timeout_s", "1", "expected a finite number"),
     ("autotune_distributed_timeout_s", -1, "expected a number >= 0.001"),
-    ("autotune_remote_cache_expiry_s", -5, "expected a whole number >= 0"),
+    ("autotune_compile_jobs", -5, "expected a whole number >= 0"),
     ("autotune_workers", 0, "expected a whole number >= 1"),
     ("autotune_compile_jobs", True, "expected a whole number"),
     ("autotune_verbosity", "loud", "expected one of quiet, normal, "
@@ -315,8 +309,8 @@ def test_in_range_values_pass_both_ways(session_factory):
     assert flags.parse("--autotune_max_cache_bytes=16").\
         autotune_max_cache_bytes == 16
     sess = session_factory(autotune_max_cache_bytes=16,
-                           autotune_remote_cache_timeout_s=2,
-                           autotune_remote_cache_expiry_s=0)
+                           autotune_distributed_timeout_s=2,
+                           autotune_compile_jobs=0)
     assert sess.options.autotune_max_cache_bytes == 16
 
 
@@ -363,3 +357,70 @@ def test_a_bazel_load_target_without_its_cache_is_one_line(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout == "imported\n", \
         result.stderr
+
+
+# -- one registry of the environment variables --------------------------
+
+ENV_NAME = re.compile(r"""["'](AUTOTUNE_[A-Z0-9_]+)["']""")
+
+
+def variables_the_code_names():
+    """{AUTOTUNE_* name: files} for every whole string literal of such a
+    name in the package, its tools, benchmarks and macros: what os.environ
+    reads (directly or through a constant) and what a macro sets."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = {}
+    paths = [os.path.join(root, "pytest_autotune.py")]
+    for folder in ("autotune", "tools", "bench", os.path.join("rules",
+                                                              "private")):
+        for base, _, names in os.walk(os.path.join(root, folder)):
+            paths += [os.path.join(base, n) for n in names
+                      if n.endswith((".py", ".sh", ".bzl"))]
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for name in ENV_NAME.findall(f.read()):
+                found.setdefault(name, []).append(os.path.relpath(path, root))
+    return found
+
+
+def test_every_variable_the_code_reads_is_in_the_registry_and_only_those():
+    registered = {var.name for var in flags.ENV_VARS}
+    named = variables_the_code_names()
+    unregistered = {n: named[n] for n in sorted(set(named) - registered)}
+    assert not unregistered, (
+        f"read but not in autotune.flags.ENV_VARS: {unregistered}")
+    unread = sorted(registered - set(named))
+    assert not unread, f"in ENV_VARS but read nowhere: {unread}"
+    for var in flags.ENV_VARS:
+        assert var.group in flags.GROUPS and var.setter and var.help, var
+
+
+def test_the_registry_check_can_fail(monkeypatch):
+    monkeypatch.setattr(flags, "ENV_VARS", flags.ENV_VARS[1:])
+    with pytest.raises(AssertionError, match="AUTOTUNE_FLAGS"):
+        test_every_variable_the_code_reads_is_in_the_registry_and_only_those()
+
+
+def test_flags_and_variables_are_grouped_by_who_sets_them():
+    """docs/flags.md (generated) has one section per group, each flag and
+    variable in its group's; the macro's flags are told apart from the
+    ones a user sets."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "tools"))
+    import gen_docs
+    text = gen_docs.render()
+    sections = re.split(r"^## ", text, flags=re.M)
+    titles = [gen_docs.GROUP_TITLES[g] for g in flags.GROUPS]
+    by_title = {s.split("\n", 1)[0]: s for s in sections[1:]}
+    assert all(t in by_title for t in titles), list(by_title)
+    for group, title in zip(flags.GROUPS, titles):
+        section = by_title[title]
+        for spec in flags.FLAGS:
+            assert (f"`--{spec.name}`" in section) == (spec.group == group), \
+                (spec.name, title)
+        for var in flags.ENV_VARS:
+            assert (f"`{var.name}`" in section.split("| variable |")[-1]) \
+                == (var.group == group), (var.name, title)
+    remote = by_title[gen_docs.GROUP_TITLES[flags.REMOTE]]
+    for parameter in flags.REMOTE_URL_PARAMETERS:
+        assert f"`{parameter.name}`" in remote, parameter.name

@@ -46,6 +46,12 @@ gpu_autotuned_test(
     env_inherit = ["GPU_ENV_PROBE"],
     test_rule = sh_test,
 )
+
+# A test of the same workspace that is no GPU test.
+sh_test(
+    name = "plain_sh_test",
+    srcs = ["visible_sh_test.sh"],
+)
 """
 
 PY_TEST = '''\
@@ -70,6 +76,7 @@ SH_TEST = """\
 #!/bin/sh
 echo "sh sees CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>}"
 echo "sh sees GPU_ENV_PROBE=${GPU_ENV_PROBE-<unset>}"
+echo "sh sees AUTOTUNE_RUNNER_STAMP=${AUTOTUNE_RUNNER_STAMP-<unset>}"
 """
 
 
@@ -80,6 +87,14 @@ def workspace(tmp_path_factory):
                                  "visible_py_test.py": PY_TEST,
                                  "visible_sh_test.sh": SH_TEST},
                   executables=["visible_sh_test.sh"])
+    # The stamp reaches the GPU targets through the macro alone: no
+    # --test_env line hands it to every test.
+    rc = os.path.join(ws, ".bazelrc")
+    with open(rc) as f:
+        lines = [line for line in f
+                 if "--test_env=AUTOTUNE_RUNNER_STAMP" not in line]
+    with open(rc, "w") as f:
+        f.writelines(lines)
     yield ws
     suite.bazel(ws, ["shutdown"])
 
@@ -90,7 +105,8 @@ TARGETS = ["//gpuenv:visible_py_test", "//gpuenv:visible_sh_test",
 
 def _test(ws, **env):
     environ = {k: v for k, v in os.environ.items()
-               if k not in ("CUDA_VISIBLE_DEVICES", "GPU_ENV_PROBE")}
+               if k not in ("CUDA_VISIBLE_DEVICES", "GPU_ENV_PROBE",
+                            "AUTOTUNE_RUNNER_STAMP")}
     environ.update(env)
     run = subprocess.run(
         [BAZEL] + suite.lock_dir_args(
@@ -119,3 +135,37 @@ def test_unset_in_the_client_is_unset_in_the_test(workspace):
     out = _test(workspace)
     assert _seen(out, "py") == ["<unset>", "<unset>"], out[-4000:]
     assert _seen(out, "sh") == ["<unset>"], out[-4000:]
+
+
+def _stamped(ws, stamp):
+    """`bazel test` of a GPU target and a plain test under a stamp: what
+    each saw, which ran, and Bazel's process line."""
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("CUDA_VISIBLE_DEVICES", "GPU_ENV_PROBE")}
+    environ["AUTOTUNE_RUNNER_STAMP"] = stamp
+    run = subprocess.run(
+        [BAZEL, "test", "--test_output=all", "--spawn_strategy=linux-sandbox",
+         "//gpuenv:visible_sh_test", "//gpuenv:plain_sh_test"],
+        cwd=ws, env=environ, capture_output=True, text=True)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    cached = set(re.findall(r"^//gpuenv:(\w+)\s+\(cached\) PASSED", out, re.M))
+    processes = re.search(r"^INFO: \d+ process(es)?:.*$", out, re.M)
+    return out, cached, processes.group(0) if processes else ""
+
+
+def test_the_stamp_keys_the_gpu_targets_and_no_other_test(workspace):
+    """The macro's targets inherit AUTOTUNE_RUNNER_STAMP (env_inherit, on
+    Bazel 4.2.3): a GPU target sees it and reruns when it changes; a plain
+    test of the same workspace does not see it and stays a cache hit."""
+    first, _, line = _stamped(workspace, "device=A;triton=1")
+    print("stamp device=A;triton=1:", line)
+    assert "sh sees AUTOTUNE_RUNNER_STAMP=device=A;triton=1" in first
+    assert "sh sees AUTOTUNE_RUNNER_STAMP=<unset>" in first  # plain_sh_test
+    again, cached, line = _stamped(workspace, "device=A;triton=1")
+    print("the same stamp again:", line, sorted(cached))
+    assert cached == {"visible_sh_test", "plain_sh_test"}, again[-3000:]
+    changed, cached, line = _stamped(workspace, "device=A;triton=2")
+    print("stamp device=A;triton=2:", line, sorted(cached))
+    assert cached == {"plain_sh_test"}, changed[-3000:]
+    assert "sh sees AUTOTUNE_RUNNER_STAMP=device=A;triton=2" in changed

@@ -69,8 +69,8 @@ def test_tls_server(session_factory, capsys):
     srv = RedisServer(tls=True)
     try:
         # Its self-signed certificate is not among the system's CAs.
-        sess = session_factory(autotune_remote_cache=srv.url,
-                               autotune_remote_cache_timeout_s=2.0)
+        sess = session_factory(autotune_remote_cache=srv.url
+                               + "?timeout_s=2.0")
         tk.run(tk.make_tuner(), 40)
         report = sess.cache.remote.report()
         assert sess.stats.tuned == 1 and report["switched_off"]
@@ -78,19 +78,18 @@ def test_tls_server(session_factory, capsys):
         assert "certificate verify failed" in capsys.readouterr().err
         # A plain client on the TLS port fails and is switched off too.
         sess = session_factory(autotune_remote_cache=srv.url.replace(
-            "rediss:", "redis:"), autotune_remote_cache_timeout_s=0.3)
+            "rediss:", "redis:") + "?timeout_s=0.3")
         tk.run(tk.make_tuner(), 40)
         tk.run(tk.make_tuner(), 72)
         assert sess.stats.tuned == 2
         report = sess.cache.remote.report()
         assert report["switched_off"] and report["failed_operations"] == 3
-        sess = session_factory(autotune_remote_cache=srv.url,
-                               autotune_remote_cache_ca_file=srv.ca_file,
-                               autotune_remote_cache_timeout_s=2.0)
+        sess = session_factory(autotune_remote_cache=srv.url
+                               + f"?ca_file={srv.ca_file}&timeout_s=2.0")
         tk.run(tk.make_tuner(), 40)
         assert sess.cache.remote.report()["published"] == 1
-        sess = session_factory(autotune_remote_cache=srv.url,
-                               autotune_remote_cache_ca_file=srv.ca_file)
+        sess = session_factory(autotune_remote_cache=srv.url
+                               + f"?ca_file={srv.ca_file}")
         tk.run(tk.make_tuner(), 40)
         assert (sess.stats.remote_hits, sess.stats.tuned) == (1, 0)
     finally:
@@ -122,20 +121,65 @@ def test_password_sources(tmp_path):
                 if "password" in n and not n.endswith("_file")]
 
 
-def test_flags_parse():
+def test_settings_travel_in_the_url(tmp_path):
+    """Every setting is a URL parameter; a path may start with
+    TEST_WORKSPACE/; the mode is the one other flag."""
     options = flags.parse(
-        "--autotune_remote_cache=rediss://h:1/0 "
-        "--autotune_remote_cache_mode=read --autotune_remote_cache_prefix=x "
-        "--autotune_remote_cache_expiry_s=60 "
-        "--autotune_remote_cache_timeout_s=0.25 "
-        "--autotune_remote_cache_password_file=TEST_WORKSPACE/pw",
+        "--autotune_remote_cache=rediss://h:1/0?prefix=x&expiry_s=60"
+        "&timeout_s=0.25&password_file=TEST_WORKSPACE/pw&ca_file=ca.pem "
+        "--autotune_remote_cache_mode=read",
         {"TEST_SRCDIR": "/r", "TEST_WORKSPACE": "ws"})
-    assert (options.autotune_remote_cache, options.autotune_remote_cache_mode,
-            options.autotune_remote_cache_prefix,
-            options.autotune_remote_cache_expiry_s,
-            options.autotune_remote_cache_timeout_s,
-            options.autotune_remote_cache_password_file) == (
-        "rediss://h:1/0", "read", "x", 60, 0.25, "/r/ws/pw")
+    url = cache_remote.parse_url(options.autotune_remote_cache)
+    assert (options.autotune_remote_cache_mode, url.prefix, url.expiry_s,
+            url.timeout_s, url.password_file, url.ca_file) == (
+        "read", "x", 60, 0.25, "TEST_WORKSPACE/pw", "ca.pem")
+    assert str(url) == "rediss://h:1/0?prefix=x"
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "pw").write_text("from-file\n")
+    env = {"TEST_SRCDIR": str(tmp_path), "TEST_WORKSPACE": "ws"}
+    remote = RemoteCache.from_options(options, env)
+    assert (remote.prefix, remote.expiry_s, remote.mode) == ("x", 60, "read")
+    kwargs = remote.client.connection_pool.connection_kwargs
+    assert kwargs["password"] == "from-file"
+    assert kwargs["socket_timeout"] == 0.25
+    assert kwargs["ssl_ca_certs"] == "ca.pem"
+    # Unset, each takes its default.
+    plain = RemoteCache.from_options(flags.parse(
+        "--autotune_remote_cache=redis://h:1/0", {}), {})
+    assert (plain.prefix, plain.expiry_s) == ("autotune", 0)
+    kwargs = plain.client.connection_pool.connection_kwargs
+    assert kwargs["socket_timeout"] == 1.0 and kwargs["password"] is None
+
+
+@pytest.mark.parametrize("query, why", [
+    ("expiry_s=-1", "expiry_s must be a whole number >= 0"),
+    ("expiry_s=1.5", "expiry_s must be a whole number >= 0"),
+    ("timeout_s=0", "timeout_s must be a number > 0"),
+    ("timeout_s=nan", "timeout_s must be a number > 0"),
+    ("ca_file=", "ca_file is empty"),
+    ("prefix=a&prefix=b", "'prefix' is given twice"),
+    ("db=1", "unknown URL parameter 'db' (understood: prefix, expiry_s, "
+             "timeout_s, password_file, ca_file)"),
+])
+def test_a_bad_url_setting_is_one_line_naming_it(query, why):
+    with pytest.raises(RemoteCacheError) as info:
+        cache_remote.parse_url("redis://h:1/0?" + query)
+    assert why in str(info.value)
+
+
+@pytest.mark.parametrize("flag, parameter", sorted(
+    flags.REMOVED_FLAGS.items()))
+def test_a_removed_remote_flag_names_the_url_form(flag, parameter,
+                                                  session_factory):
+    with pytest.raises(autotune.AutotuneError) as info:
+        flags.parse(f"--{flag}=/x/secret", {})
+    message = str(info.value)
+    assert f"--{flag} is gone" in message
+    assert f"--autotune_remote_cache=redis://HOST:PORT/DB?{parameter}=" \
+        in message
+    assert "/x/secret" not in message and "\n" not in message
+    with pytest.raises(autotune.AutotuneError, match=f"--{flag} is gone"):
+        session_factory(**{flag: 1})
 
 
 class _FakeClient:
@@ -178,26 +222,22 @@ def test_key_format():
 # -- the tier, in one process ------------------------------------------------
 
 def test_prefix_from_the_url(session_factory, server, redis_db):
-    """`?prefix=` in the URL names the namespace when the prefix flag is
-    not given; given and different, it is an error naming both."""
+    """`?prefix=` in the URL names the namespace; a prefix given to
+    RemoteCache too and different is an error naming both."""
     sess = session_factory(autotune_remote_cache=server.url + "?prefix=team-a")
     tk.run(tk.make_tuner(), 40)
     assert sess.cache.remote.prefix == "team-a"
     keys = _remote_keys(redis_db)
     assert len(keys) == 1 and keys[0].startswith("team-a:v")
-    with pytest.raises(autotune.AutotuneError,
-                       match="prefix differs from "
-                             "--autotune_remote_cache_prefix=other"):
-        session_factory(autotune_remote_cache=server.url + "?prefix=team-a",
-                        autotune_remote_cache_prefix="other")
+    with pytest.raises(RemoteCacheError,
+                       match="prefix differs from prefix=other"):
+        RemoteCache(server.url + "?prefix=team-a", prefix="other")
 
 
 def test_remote_options_without_a_url_are_reported(session_factory, capsys):
-    session_factory(autotune_remote_cache_mode="read",
-                    autotune_remote_cache_expiry_s=60)
+    session_factory(autotune_remote_cache_mode="read")
     err = capsys.readouterr().err
-    assert "warning: --autotune_remote_cache_mode, " \
-        "--autotune_remote_cache_expiry_s given without " \
+    assert "warning: --autotune_remote_cache_mode given without " \
         "--autotune_remote_cache: this run has no remote cache" in err
     session_factory()
     assert "no remote cache" not in capsys.readouterr().err
@@ -416,8 +456,8 @@ def test_wrong_password(session_factory, tmp_path, capsys, monkeypatch):
         monkeypatch.delenv(cache_remote.PASSWORD_ENV)
         (tmp_path / "pw").write_text("right-one\n")
         sess = session_factory(
-            autotune_remote_cache=srv.url,
-            autotune_remote_cache_password_file=str(tmp_path / "pw"))
+            autotune_remote_cache=srv.url
+            + f"?password_file={tmp_path / 'pw'}")
         tk.run(tk.make_tuner(), 40)
         assert sess.cache.remote.report()["published"] == 1
         assert len(srv.client().keys("*")) == 1
@@ -429,8 +469,8 @@ def test_server_stopped_mid_run_is_slow_then_switched_off(
         session_factory, capsys):
     srv = RedisServer()
     try:
-        sess = session_factory(autotune_remote_cache=srv.url,
-                               autotune_remote_cache_timeout_s=0.3)
+        sess = session_factory(autotune_remote_cache=srv.url
+                               + "?timeout_s=0.3")
         tuned = tk.make_tuner()
         tk.run(tuned, 8)
         assert sess.cache.remote.published == 1
@@ -456,9 +496,9 @@ def test_server_killed_mid_run(session_factory, tmp_path, capsys):
     try:
         cache_dir = tmp_path / "dir"
         cache_dir.mkdir()
-        sess = session_factory(autotune_remote_cache=srv.url,
-                               per_fusion_autotune_cache_dir=str(cache_dir),
-                               autotune_remote_cache_timeout_s=0.3)
+        sess = session_factory(autotune_remote_cache=srv.url
+                               + "?timeout_s=0.3",
+                               per_fusion_autotune_cache_dir=str(cache_dir))
         tuned = tk.make_tuner()
         tk.run(tuned, 8)
         srv.kill()  # SIGKILL
@@ -474,10 +514,10 @@ def test_server_killed_mid_run(session_factory, tmp_path, capsys):
         assert len(os.listdir(cache_dir)) == 5
         # Require-complete: a fusion only the unreachable remote might
         # hold is missing, and the message names the remote.
-        sess = session_factory(autotune_remote_cache=srv.url,
+        sess = session_factory(autotune_remote_cache=srv.url
+                               + "?timeout_s=0.3",
                                per_fusion_autotune_cache_dir=str(cache_dir),
-                               require_complete_autotune_results=True,
-                               autotune_remote_cache_timeout_s=0.3)
+                               require_complete_autotune_results=True)
         tk.run(tk.make_tuner(), 8)  # the directory answers
         with pytest.raises(autotune.AutotuneCacheMissError) as info:
             tk.run(tk.make_tuner(), 72)

@@ -251,7 +251,7 @@ def test_expected_gpu_mismatch(session_factory):
     with pytest.raises(autotune.AutotuneError) as err:
         session_factory(autotune_expected_gpu="H200")
     message = str(err.value)
-    assert 'gpu_type = "H200"' in message
+    assert 'gpu_types = gpu_type(device = "H200")' in message
     assert "may only run on a H200, and this run is on cpu/" in message
     assert "regenerate" not in message
 

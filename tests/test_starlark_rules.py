@@ -26,7 +26,7 @@ from tests_support import needs_bazel  # noqa: E402
 pytestmark = needs_bazel
 
 SKYLIB = os.environ.get("BAZEL_SKYLIB_DIR", "/usr/share/bazel/tools/skylib")
-STARLARK_TESTS = 12  # rules/tests: 7 unit tests, 5 analysis tests
+STARLARK_TESTS = 19  # rules/tests: 10 unit tests, 9 analysis tests
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_starlark_unit_and_analysis_tests_pass(workspace):
 
 MACRO_CALL = """\
     load("@rules_python//python:defs.bzl", "py_test")
-    load("//rules:defs.bzl", "autotune_cache_test", "gpu_autotuned_test")
+    load("//rules:defs.bzl", "autotune_cache_test", "gpu_autotuned_test", "gpu_type")
 
     {call}
     """
@@ -85,12 +85,31 @@ MACRO_CALL = """\
      "c.textproto\": the cache must be a file of the repository"),
     ('gpu_autotuned_test(name = "t", test_rule = py_test, srcs = ["t.py"], '
      'exec_properties = {"test.Pool": "gpu-a100"}, '
-     'gpu_exec_properties = {"Pool": "gpu-h100"})',
+     'gpu_types = gpu_type(exec_properties = {"Pool": "gpu-h100"}))',
      "gpu_autotuned_test(name = \"t\"): exec_properties[\"test.Pool\"] is "
-     "\"gpu-a100\" and gpu_exec_properties gives \"gpu-h100\""),
+     "\"gpu-a100\" and the gpu_type's exec_properties give \"gpu-h100\""),
+    # A BUILD file written for the parameters the macro no longer takes.
+    ('gpu_autotuned_test(name = "t", test_rule = py_test, srcs = ["t.py"], '
+     'gpu_type = "H200")',
+     "gpu_autotuned_test(name = \"t\"): gpu_type is gone: write gpu_types = "
+     "gpu_type(device = \"H200\")"),
+    ('gpu_autotuned_test(name = "t", test_rule = py_test, srcs = ["t.py"], '
+     'gpu_exec_properties = {"Pool": "gpu-h100"})',
+     "gpu_exec_properties is gone: write gpu_types = gpu_type("
+     "exec_properties = {\"Pool\": \"gpu-h100\"})"),
+    ('gpu_autotuned_test(name = "t", test_rule = py_test, srcs = ["t.py"], '
+     'gpu_tags = ["gpu"])',
+     "gpu_tags is gone: write gpu_types = gpu_type(tags = [\"gpu\"])"),
+    ('gpu_autotuned_test(name = "t", test_rule = py_test, srcs = ["t.py"], '
+     'per_fusion_cache_dir = "TEST_WORKSPACE/f", per_fusion_cache_files = [])',
+     "per_fusion_cache_dir is gone: write per_fusion_cache = "),
+    ('gpu_autotuned_test(name = "t", test_rule = py_test, srcs = ["t.py"], '
+     'gpu_types = {"h100": gpu_type(device = "H100")})',
+     "gpu_types is a list now: gpu_types = [gpu_type(name = \"h100\", "),
 ], ids=["select-in-env-value", "select-as-env", "select-in-autotune_flags",
         "select-in-cache-test-env", "cache-of-another-repository",
-        "test-pool-given-twice"])
+        "test-pool-given-twice", "old-gpu_type", "old-gpu_exec_properties",
+        "old-gpu_tags", "old-per_fusion_cache_dir", "old-gpu_types-dict"])
 def test_a_call_the_macro_cannot_honour_stops_with_one_message(
         workspace, call, message):
     add_package(workspace, "refused", MACRO_CALL.format(call=call))
@@ -108,14 +127,14 @@ def test_a_call_the_macro_cannot_honour_stops_with_one_message(
 GPU_POOL = """\
     load("@rules_cc//cc:defs.bzl", "cc_test")
     load("@rules_python//python:defs.bzl", "py_test")
-    load("//rules:defs.bzl", "gpu_autotuned_test")
+    load("//rules:defs.bzl", "gpu_autotuned_test", "gpu_type")
 
     gpu_autotuned_test(
         name = "pooled_test",
         test_rule = py_test,
         srcs = ["pooled_test.py"],
         exec_properties = {"OSFamily": "Linux"},
-        gpu_exec_properties = {"Pool": "gpu-h100"},
+        gpu_types = gpu_type(exec_properties = {"Pool": "gpu-h100"}),
     )
 
     # Compiled code: its compile and link actions must stay off the pool.
@@ -123,7 +142,7 @@ GPU_POOL = """\
         name = "compiled_test",
         test_rule = cc_test,
         srcs = ["compiled_test.cc"],
-        gpu_exec_properties = {"Pool": "gpu-h100"},
+        gpu_types = gpu_type(exec_properties = {"Pool": "gpu-h100"}),
     )
 
     # Control: a plain key sends every action of the target to the pool.
@@ -175,7 +194,7 @@ def spawn_pools(path, targets):
 
 def test_the_gpu_pool_is_a_property_of_the_test_action_only(workspace,
                                                             tmp_path):
-    """gpu_exec_properties become `test.` keys on both generated targets
+    """A gpu_type's exec_properties become `test.` keys on both generated targets
     (their exec_properties in `bazel query --output=build`), joined with
     the caller's plain exec_properties; Bazel gives them to the test
     action alone: in the execution log only TestRunner carries Pool, not
@@ -215,14 +234,14 @@ FLEET_TYPES = """\
 
     # Declared once per project, reused by every BUILD file.
     H100 = gpu_type(device = "H100", exec_properties = {"Pool": "h100"},
-                    tags = ["gpu-large"])
+                    tags = ["gpu", "requires-gpu-nvidia", "gpu-large"])
     A100 = gpu_type(device = "A100", exec_properties = {"Pool": "a100"})
-    CPU = gpu_type(device = "triton-interpreter")
-    FLEET = {"h100": H100, "a100": A100, "cpu": CPU}
+    CPU = gpu_type(name = "cpu", device = "triton-interpreter")
+    FLEET = [H100, A100, CPU]
 """
 
 IMAGE = {"OSFamily": "Linux", "container-image": "docker://ci-image"}
-# docs/bazel.md's execution platform for remote execution.
+# docs/bazel-fleet.md's execution platform for remote execution.
 RBE_PLATFORM = f"""\
     platform(
         name = "linux",
@@ -282,7 +301,7 @@ def test_gpu_types_make_one_routed_target_per_type(workspace, tmp_path):
                for k in ("a100", "cpu", "h100")), suite_tests
 
     # The properties every action needs (an image) on the execution
-    # platform, as docs/bazel.md's remote-execution set-up has them.
+    # platform, as docs/bazel-fleet.md's remote-execution set-up has them.
     add_package(workspace, "rbe", RBE_PLATFORM)
     log = tmp_path / "exec.json"
     ran = suite.bazel(workspace, ["test", "//fleet:kernels_test_cpu",
@@ -308,7 +327,7 @@ def test_gpu_types_make_one_routed_target_per_type(workspace, tmp_path):
             found
     # --remote_default_exec_properties applies only to an action whose
     # target and platform set none: a GPU type's test action gets its
-    # pool alone, without the image (so docs/bazel.md puts the image on
+    # pool alone, without the image (so docs/bazel-fleet.md puts the image on
     # the platform).
     defaults_log = tmp_path / "defaults.json"
     suite.bazel(workspace, [

@@ -4,6 +4,11 @@ The fourth lookup tier, after memory, loaded results files and the
 per-fusion directory:
 
     --autotune_remote_cache=redis://HOST:PORT/DB      (rediss:// for TLS)
+    --autotune_remote_cache=redis://HOST:PORT/DB?prefix=team&timeout_s=0.5
+
+Its settings are parameters of the URL (flags.REMOTE_URL_PARAMETERS:
+prefix, expiry_s, timeout_s, password_file, ca_file), so one value
+configures it.
 
 Keys are `PREFIX:vKEY_VERSION:KERNEL.HASH`, the hash being the one that
 names per-fusion files; values are the schema's binary encoding of a results
@@ -20,15 +25,18 @@ file, never from a flag, and URLs are only ever printed without it.
 
 The redis client is imported only when a remote is configured.
 """
+import math
 import os
 import re
 import urllib.parse
 
+from autotune import flags
 from autotune import log as logs
 from autotune import keys as keys
 from autotune.codec import binary
 from autotune.records import KEY_VERSION
-from autotune.errors import CacheFileError, RemoteCacheError
+from autotune.errors import (AutotuneFlagsError, CacheFileError,
+                             RemoteCacheError)
 
 SCHEMES = ("redis", "rediss")
 MODES = ("update", "read")
@@ -51,13 +59,19 @@ def redact(url):
 
 
 class RemoteURL:
-    """A parsed redis:// or rediss:// URL. str() never shows a password."""
+    """A parsed redis:// or rediss:// URL and its settings (None: not
+    given). str() never shows a password, nor a setting but the prefix."""
 
-    __slots__ = ("scheme", "host", "port", "db", "username", "prefix")
+    __slots__ = ("scheme", "host", "port", "db", "username", "prefix",
+                 "expiry_s", "timeout_s", "password_file", "ca_file")
 
-    def __init__(self, scheme, host, port, db, username=None, prefix=None):
+    def __init__(self, scheme, host, port, db, username=None, prefix=None,
+                 expiry_s=None, timeout_s=None, password_file=None,
+                 ca_file=None):
         self.scheme, self.host, self.port = scheme, host, port
         self.db, self.username, self.prefix = db, username, prefix
+        self.expiry_s, self.timeout_s = expiry_s, timeout_s
+        self.password_file, self.ca_file = password_file, ca_file
 
     @property
     def tls(self):
@@ -81,8 +95,9 @@ def is_remote_url(text):
 
 
 def parse_url(url):
-    """Parses redis://[USER@]HOST[:PORT][/DB][?prefix=NAME] (rediss:// for
-    TLS). A password in the URL is refused: it would be printed in logs.
+    """Parses redis://[USER@]HOST[:PORT][/DB][?NAME=VALUE&...] (rediss://
+    for TLS), NAME one of flags.REMOTE_URL_PARAMETERS. A password in the
+    URL is refused: it would be printed in logs.
     No message quotes the URL as given, only redact(url) or the parsed
     form: a password may hold any character (/ @ : ? #) and so end up in
     any part of a URL that does not parse as its writer meant."""
@@ -99,7 +114,7 @@ def parse_url(url):
         raise RemoteCacheError(
             f"{shown}: the URL holds a password, which would be printed in "
             f"test logs; set {PASSWORD_ENV} or a password file "
-            "(--autotune_remote_cache_password_file) instead")
+            "(?password_file=PATH) instead")
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
@@ -118,21 +133,51 @@ def parse_url(url):
     if path and not path.isdigit():
         raise RemoteCacheError(
             f"{shown}: database must be a number (redis://HOST:PORT/0)")
-    prefix = None
+    settings = {}
+    known = {p.name: p for p in flags.REMOTE_URL_PARAMETERS}
     for item in parts.query.split("&") if parts.query else ():
         name, equals, value = item.partition("=")
-        if name != "prefix":
+        if name not in known:
             named = (f" {name!r}" if equals and _PARAMETER_NAME_RE.match(name)
                      else "")
-            raise RemoteCacheError(f"{shown}: unknown URL parameter{named}"
-                                   " (only prefix=NAME is understood)")
-        prefix = check_prefix(urllib.parse.unquote(value), shown)
+            raise RemoteCacheError(
+                f"{shown}: unknown URL parameter{named} (understood: "
+                + ", ".join(known) + ")")
+        if name in settings:
+            raise RemoteCacheError(f"{shown}: URL parameter {name!r} is "
+                                   "given twice")
+        settings[name] = _setting(known[name], urllib.parse.unquote(value),
+                                  shown)
     return RemoteURL(parts.scheme, parts.hostname, port or DEFAULT_PORT,
                      int(path or 0), urllib.parse.unquote(parts.username)
-                     if parts.username else None, prefix)
+                     if parts.username else None, **settings)
 
 
-def check_prefix(prefix, where="--autotune_remote_cache_prefix"):
+def _setting(parameter, value, shown):
+    """One URL parameter's value, checked: RemoteCacheError naming the
+    parameter (never quoting a path or a value that does not parse)."""
+    if parameter.name == "prefix":
+        return check_prefix(value, shown)
+    if parameter.kind == "integer":
+        if not value.isdigit():
+            raise RemoteCacheError(f"{shown}: {parameter.name} must be a "
+                                   "whole number >= 0")
+        return int(value)
+    if parameter.kind == "float":
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number) or number <= 0:
+            raise RemoteCacheError(f"{shown}: {parameter.name} must be a "
+                                   "number > 0")
+        return number
+    if not value:
+        raise RemoteCacheError(f"{shown}: {parameter.name} is empty")
+    return value
+
+
+def check_prefix(prefix, where="prefix"):
     if not _PREFIX_RE.match(prefix or ""):
         raise RemoteCacheError(
             f"{where}: key prefix {prefix!r} must be 1 to 64 letters, digits "
@@ -241,27 +286,28 @@ class RemoteCache:
     """The remote tier of one run: lookups and set-if-absent publishing,
     with every fault turned into local behaviour and counted."""
 
-    def __init__(self, url, mode="update", prefix=None, expiry_s=0,
-                 timeout_s=1.0, password=None, ca_file=None, client=None,
+    def __init__(self, url, mode="update", prefix=None, expiry_s=None,
+                 timeout_s=None, password=None, ca_file=None, client=None,
                  log=None):
+        """The URL's settings, unless given here (a test's or a tool's)."""
         if mode not in MODES:
             raise RemoteCacheError(f"unknown remote cache mode {mode!r}; "
                                    f"expected one of {', '.join(MODES)}")
         self.url = url if isinstance(url, RemoteURL) else parse_url(url)
         if prefix and self.url.prefix and prefix != self.url.prefix:
             raise RemoteCacheError(
-                f"{self.url}: the URL's prefix differs from "
-                f"--autotune_remote_cache_prefix={prefix}")
+                f"{self.url}: the URL's prefix differs from prefix={prefix}")
         self.prefix = check_prefix(prefix or self.url.prefix
                                    or DEFAULT_PREFIX)
         self.display = str(self.url)
         self.mode = mode
-        self.expiry_s = int(expiry_s or 0)
+        self.expiry_s = int(_first(expiry_s, self.url.expiry_s, 0))
         if self.expiry_s < 0:
             raise RemoteCacheError("remote cache expiry must be >= 0 seconds")
         self.log = log or logs.get("remote").warning
         self.client = client if client is not None else connect(
-            self.url, password, timeout_s, ca_file)
+            self.url, password, _first(timeout_s, self.url.timeout_s, 1.0),
+            _first(ca_file, self.url.ca_file, None))
         self.hits = self.misses = self.published = self.adopted = 0
         self.corrupt = 0
         self.corrupt_keys = set()
@@ -272,15 +318,18 @@ class RemoteCache:
         self.last_lookup_failed = False
 
     @classmethod
-    def from_options(cls, options):
-        password = read_password(options.autotune_remote_cache_password_file)
-        return cls(options.autotune_remote_cache,
-                   mode=options.autotune_remote_cache_mode,
-                   prefix=options.autotune_remote_cache_prefix,
-                   expiry_s=options.autotune_remote_cache_expiry_s,
-                   timeout_s=options.autotune_remote_cache_timeout_s,
-                   password=password,
-                   ca_file=options.autotune_remote_cache_ca_file)
+    def from_options(cls, options, env=None):
+        """The remote cache --autotune_remote_cache names, its settings
+        from the URL; a path setting may start with TEST_WORKSPACE/."""
+        url = parse_url(options.autotune_remote_cache)
+        try:
+            for name in ("password_file", "ca_file"):
+                setattr(url, name, flags.resolve_path(
+                    getattr(url, name), env, f"autotune_remote_cache ({name})"))
+        except AutotuneFlagsError as e:
+            raise RemoteCacheError(f"{url}: {e}") from None
+        return cls(url, mode=options.autotune_remote_cache_mode,
+                   password=read_password(url.password_file, env))
 
     def key_name(self, key):
         return key_name(key, self.prefix)
@@ -428,8 +477,13 @@ class RemoteCache:
         return line
 
 
-def failure_hint(error, password_flag="--autotune_remote_cache_password_file",
-                 ca_flag="--autotune_remote_cache_ca_file"):
+def _first(*values):
+    """The first value that is not None (None when all are)."""
+    return next((v for v in values if v is not None), None)
+
+
+def failure_hint(error, password_flag="the URL's ?password_file=",
+                 ca_flag="the URL's ?ca_file="):
     """What to check after a failure that retrying cannot fix, as
     " (check ...)", or "" for any other failure."""
     fatal = _permanent_failure(error)

@@ -38,8 +38,12 @@ class Namespace:
                                        f"differs from --prefix={prefix}")
             self.prefix = cache_remote.check_prefix(
                 prefix or self.url.prefix or DEFAULT_PREFIX, "--prefix")
-            password = cache_remote.read_password(password_file)
-            self.client = cache_remote.connect(self.url, password, timeout_s)
+            # The URL's settings, unless the tool's options give them.
+            password = cache_remote.read_password(
+                password_file or self.url.password_file)
+            self.client = cache_remote.connect(
+                self.url, password, self.url.timeout_s or timeout_s,
+                self.url.ca_file)
         except RemoteCacheError as e:
             raise _tool_error(str(e))
         self.display = str(self.url)

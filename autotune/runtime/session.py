@@ -222,12 +222,12 @@ class Session:
         want = self.options.autotune_expected_gpu
         if want and want.lower() not in self.device_key.lower():
             raise AutotuneError(
-                f"--autotune_expected_gpu={want} (what gpu_type = \"{want}\" "
-                f"on a gpu_autotuned_test sets): this test may only run on "
-                f"a {want}, and this run is on {self.device_key}. Run it on "
-                f"a {want} (the target is tagged gpu-{want.lower()}, for "
-                f"--test_tag_filters), or drop gpu_type (the flag) to let it "
-                f"run on other devices")
+                f"--autotune_expected_gpu={want} (what gpu_types = gpu_type("
+                f"device = \"{want}\") on a gpu_autotuned_test sets): this "
+                f"test may only run on a {want}, and this run is on "
+                f"{self.device_key}. Run it on a {want} (the target is "
+                f"tagged gpu-{want.lower()}, for --test_tag_filters), or "
+                f"drop its device (the flag) to let it run on other devices")
 
     def _load(self, path):
         if not os.path.exists(path):
@@ -645,6 +645,9 @@ def configure(backend=None, **options):
     (finishing it first)."""
     global _SESSION
     unknown = set(options) - set(flags.flag_names())
+    for name in sorted(unknown):
+        if flags.removed_flag_message(name):
+            raise AutotuneError(flags.removed_flag_message(name))
     if unknown:
         raise AutotuneError(f"unknown option(s): {', '.join(sorted(unknown))};"
                             f" known: {', '.join(flags.flag_names())}")

@@ -78,7 +78,10 @@ autotune_compiled_kernels = rule(
     doc = "A cache's recorded compile requests built for GPU targets.",
     attrs = {
         "cache": attr.label(allow_single_file = True, mandatory = True),
-        "kernels": attr.label_list(doc = "Libraries that provide the kernels."),
+        "kernels": attr.label_list(
+            doc = "What provides the kernels: the test's deps and data (files too).",
+            allow_files = True,
+        ),
         "kernel_modules": attr.string_list(),
         "targets": attr.string_list(mandatory = True),
         "triton_env": attr.string_dict(),

@@ -9,11 +9,14 @@ load(":compiled_kernels.bzl", "autotune_compiled_kernels")
 load(
     ":helpers.bzl",
     "cache_path_expression",
+    "check_gpu_type",
     "env_select_errors",
     "flags_env",
+    "gpu_type_list",
     "is_main_repository",
     "is_select",
     "parse_cache_label",
+    "removed_parameter_errors",
     "runtime_python_path",
     "select_error",
     "test_exec_properties",
@@ -26,14 +29,12 @@ CACHE_TAG_PREFIX = "autotune_cache="
 DEVICE_TAG_PREFIX = "autotune_device="
 DEFAULT_GPU_TAGS = ["gpu", "requires-gpu-nvidia"]
 
-# Client variables both targets inherit: Bazel starts a test with a fresh
-# environment, so without it every test sees every GPU of the machine.
-# The runner stamp keys these targets' cached results (and no other
-# test's): autotune/measure/stamp.py.
-GPU_ENV_INHERIT = [
-    "CUDA_VISIBLE_DEVICES",
-    "AUTOTUNE_RUNNER_STAMP",
-]
+# Client variables the load and dump targets inherit (Bazel starts a test
+# with a fresh environment): without CUDA_VISIBLE_DEVICES every test sees
+# every GPU of the machine; the runner's stamp keys these tests' cached
+# results by the runner's GPU, driver, Triton, torch and CUDA, and no
+# other test's (a CPU-only test keeps its cache hits when it changes).
+GPU_ENV_INHERIT = ["CUDA_VISIBLE_DEVICES", "AUTOTUNE_RUNNER_STAMP"]
 
 REGENERATE_COMMAND = "bazel run @rules_autotune//tools:regenerate"
 
@@ -43,6 +44,10 @@ RUNTIME_PACKAGES = "absl-py,protobuf"
 KERNEL_PACKAGES = "absl-py,protobuf,torch,triton"
 
 COMPILED_SUFFIX = "_compiled_kernels"
+
+# Names the gpu_types entry of a target of several types, for the line a
+# test on the wrong device prints.
+GPU_TYPES_ENTRY_ENV = "AUTOTUNE_GPU_TYPES_ENTRY"
 
 # Triton's keys hold which cache-invalidating variables are set: the
 # compile action and the test must set the same ones. Triton 3.9 warns
@@ -108,32 +113,40 @@ def _test_env(what, env, flags):
 
 INTERPRETER_DEVICE = "triton-interpreter"
 
-def gpu_type(device, exec_properties = {}, tags = [], exec_compatible_with = []):
-    """One GPU type of a fleet, for gpu_autotuned_test(gpu_types = {...}).
+def gpu_type(device = None, name = None, tags = None, exec_properties = {}, exec_compatible_with = []):
+    """Where a GPU test runs: one GPU type, for gpu_autotuned_test(gpu_types).
 
     Declare a project's types once in a .bzl of its own and reuse them.
+    gpu_type() alone is the default of every gpu_autotuned_test: today's
+    GPU tags, no device check, no properties.
 
     Args:
       device: what the device key of that GPU contains, for example "H100"
-        or "A100" (its name), or "triton-interpreter" for CPU CI.
+        or "A100" (its name), or "triton-interpreter" for CPU CI; the load
+        target fails on another device instead of running untuned. None:
+        any device.
+      name: the type's name in target names (`<test>_<name>`, when
+        gpu_types lists more than one) and in the tag `gpu-<name>`, which
+        every type with a device gets; default: device in lower case.
+      tags: tags that route the type's tests (default: "gpu" and
+        "requires-gpu-nvidia"; none for "triton-interpreter").
       exec_properties: execution properties of that type's test actions
         alone (each key gets Bazel's `test.` prefix), e.g. {"Pool": "h100"}.
-      tags: tags of that type's targets (`gpu-<type>` is always added).
       exec_compatible_with: constraint values of that type's executors.
 
     Returns:
       A struct for gpu_types.
     """
-    if type(device) != type("") or not device:
-        fail("gpu_type: device must be a non-empty string, e.g. \"H100\"")
-    if type(exec_properties) != type({}):
-        fail("gpu_type(device = %r): exec_properties must be a dict" % device)
-    if type(tags) != type([]) or type(exec_compatible_with) != type([]):
-        fail("gpu_type(device = %r): tags and exec_compatible_with must be lists" % device)
+    checked = check_gpu_type(device, name, tags, exec_properties, exec_compatible_with)
+    if checked.error:
+        fail(checked.error)
+    if tags == None:
+        tags = [] if device == INTERPRETER_DEVICE else DEFAULT_GPU_TAGS
     return struct(
         device = device,
-        exec_properties = exec_properties,
+        name = name or (device.lower() if device else None),
         tags = tags,
+        exec_properties = exec_properties,
         exec_compatible_with = exec_compatible_with,
     )
 
@@ -141,40 +154,33 @@ def gpu_autotuned_test(
         name,
         test_rule,
         autotune_cache = None,
-        per_fusion_cache_dir = None,
-        per_fusion_cache_files = [],
+        per_fusion_cache = None,
         require_complete = False,
-        gpu_type = None,
-        gpu_tags = DEFAULT_GPU_TAGS,
-        autotune_flags = [],
-        data = [],
-        env = {},
-        tags = [],
-        shard_count = None,
-        exec_properties = None,
-        gpu_exec_properties = None,
-        compile_for = [],
-        compile_deps = None,
         gpu_types = None,
-        env_inherit = [],
+        autotune_flags = [],
+        compile_for = [],
         **kwargs):
     """A GPU test that loads a checked-in autotune cache, plus a dump target.
 
-    Creates:
-      name: loads `autotune_cache` (via $(execpath); $(rootpath) when
-        this BUILD file is in another module than the root) or reads
-        `per_fusion_cache_dir`; runs sharded when shard_count is set.
-      name + "_autotune_dump": tagged manual, unsharded; tunes the fusions
-        the test meets that are missing or stale in the checked-in cache
-        (--autotune_incumbents_from; every fusion, the checked-in configs as
-        incumbents, with AUTOTUNE_RETUNE=1: `regenerate --retune`), and
-        writes every fusion the test used to TEST_UNDECLARED_OUTPUTS_DIR/
-        autotune_cache.textproto. `bazel run @rules_autotune//tools:regenerate`
-        runs these and writes their dumps into the checked-in caches.
+    Creates, for each GPU type:
+      name (or name + "_" + the type's name, when gpu_types lists more
+        than one; `name` is then a test_suite of them): loads
+        `autotune_cache` (via $(execpath); $(rootpath) when this BUILD file
+        is in another module than the root) or reads `per_fusion_cache`;
+        runs sharded when shard_count is set.
+      the same + "_autotune_dump": tagged manual, unsharded; tunes the
+        fusions the test meets that are missing or stale in the checked-in
+        cache (--autotune_incumbents_from; every fusion, the checked-in
+        configs as incumbents, with AUTOTUNE_RETUNE=1: `regenerate
+        --retune`), and writes every fusion the test used to
+        TEST_UNDECLARED_OUTPUTS_DIR/autotune_cache.textproto. `bazel run
+        @rules_autotune//tools:regenerate` runs these and writes their
+        dumps into the checked-in caches.
 
-    Both targets get `import autotune` without a Python launcher (PYTHONPATH
-    in env, unless env sets it; the runtime's files in data), so sh_test and
-    cc_test that start Python work as py_test does.
+    Both get `import autotune` without a Python launcher (PYTHONPATH in
+    env, unless env sets it; the runtime's files in data), so sh_test and
+    cc_test that start Python work as py_test does, and inherit
+    CUDA_VISIBLE_DEVICES and AUTOTUNE_RUNNER_STAMP from the client.
 
     Args:
       name: the load target's name.
@@ -186,161 +192,65 @@ def gpu_autotuned_test(
         calling package (or a subdirectory of it without a BUILD file) it
         may not exist yet: the load target then fails at test time naming
         the command that creates it.
-      per_fusion_cache_dir: instead of a file, a per-fusion cache directory
-        (a path, TEST_WORKSPACE/ prefix allowed), read only.
-      per_fusion_cache_files: labels of that directory's files (data deps).
+      per_fusion_cache: instead of a file, a per-fusion cache directory,
+        read only: a directory of the calling package ("fusions"; its
+        files become data), or //pkg:dir, a filegroup of the files of
+        pkg/dir.
       require_complete: in load mode, fail listing every fusion the cache
         lacks instead of tuning it.
-      gpu_type: GPU name the cache was tuned on (for example "H200"); the
-        load target fails on another GPU instead of running untuned.
-      gpu_tags: tags that route the tests to GPU machines.
+      gpu_types: where the tests run: one gpu_type(...) or a list of them
+        (one load and one dump target per type). Default: gpu_type().
       autotune_flags: extra AUTOTUNE_FLAGS for both targets; no select().
-      data: data dependencies of both targets; a select() works.
-      env: environment of both targets; an AUTOTUNE_FLAGS value in it comes
-        before the flags this macro adds (a list flag given in both is
-        joined into one; a single-value flag given twice is an error); no
-        select().
-      tags: tags of both targets (the dump target adds manual).
-      shard_count: shards of the load target; the dump target never shards.
-      exec_properties: passed through; a key without the `test.` prefix
-        applies to every action of the target (building it too).
-      gpu_exec_properties: execution properties of the test action alone,
-        e.g. {"Pool": "gpu-h100"} for a remote GPU pool: each key gets
-        Bazel's `test.` prefix (`test.Pool`), so building the target stays
-        on CPU executors; joined with exec_properties; no select().
       compile_for: GPU targets (["sm_90", "sm_80"]) to compile the
         checked-in cache's winners for, in a build action on a CPU
-        executor (name + "_compiled_kernels"); the load target then loads
-        those binaries instead of compiling them (docs/bazel.md#compiled-kernels).
-        Needs autotune_cache.
-      compile_deps: the libraries that provide the kernels, for that
-        action (default: deps).
-      gpu_types: {type name: gpu_type(...)}: one load target per type,
-        `<name>_<type>` (tags: the type's and `gpu-<type>`; the type's
-        test action properties and exec_compatible_with; failing at once
-        on a device of another type), a dump target per type likewise, and
-        `name` a test_suite of the load targets. Not with gpu_type.
-      env_inherit: client variables both targets inherit, joined after
-        CUDA_VISIBLE_DEVICES (which they always inherit); no select().
-      **kwargs: passed to test_rule for both targets.
+        executor (name + "_compiled_kernels", reading the kernels from
+        deps and data); the load targets then load those binaries instead
+        of compiling them (docs/bazel-compiled-kernels.md). Needs
+        autotune_cache.
+      **kwargs: attributes of test_rule, for both targets. The macro adds
+        to data (the runtime, the cache), env (AUTOTUNE_FLAGS after the
+        value given here; PYTHONPATH), env_inherit, tags (the type's) and
+        exec_properties (the type's, as test. keys); shard_count applies
+        to the load target only. env, env_inherit and autotune_flags may
+        not be a select().
     """
-    if gpu_types == None:
-        _gpu_autotuned_test(
-            name = name,
-            test_rule = test_rule,
-            autotune_cache = autotune_cache,
-            per_fusion_cache_dir = per_fusion_cache_dir,
-            per_fusion_cache_files = per_fusion_cache_files,
-            require_complete = require_complete,
-            gpu_type = gpu_type,
-            gpu_tags = gpu_tags,
-            autotune_flags = autotune_flags,
-            data = data,
-            env = env,
-            tags = tags,
-            shard_count = shard_count,
-            exec_properties = exec_properties,
-            gpu_exec_properties = gpu_exec_properties,
-            compile_for = compile_for,
-            compile_deps = compile_deps,
-            env_inherit = env_inherit,
-            **kwargs
-        )
-        return
     what = "gpu_autotuned_test(name = %r)" % name
-    if gpu_type != None:
-        fail("%s: give gpu_type or gpu_types, not both" % what)
-    if type(gpu_types) != type({}) or not gpu_types:
-        fail("%s: gpu_types must be a non-empty dict of gpu_type(...)" % what)
-    tests = []
-    for key in sorted(gpu_types.keys()):
-        kind = gpu_types[key]
-        if not hasattr(kind, "device") or not hasattr(kind, "exec_properties"):
-            fail("%s: gpu_types[%r] is not a gpu_type(...)" % (what, key))
-        properties = dict(gpu_exec_properties or {})
-        for prop, value in kind.exec_properties.items():
-            if prop in properties and properties[prop] != value:
-                fail("%s: gpu_types[%r]: exec property %r given twice with two values" % (what, key, prop))
-            properties[prop] = value
-        type_tags = list(tags) + [t for t in kind.tags if t not in tags]
-        if "gpu-" + key.lower() not in type_tags:
-            type_tags.append("gpu-" + key.lower())
-        extra = dict(kwargs)
-        if kind.exec_compatible_with:
-            extra["exec_compatible_with"] = kind.exec_compatible_with
-        one = {p: v for p, v in [
-            ("name", name),
-            ("test_rule", test_rule),
-            ("autotune_cache", autotune_cache),
-            ("per_fusion_cache_dir", per_fusion_cache_dir),
-            ("per_fusion_cache_files", per_fusion_cache_files),
-            ("require_complete", require_complete),
-            ("gpu_type", gpu_type),
-            ("gpu_tags", gpu_tags),
-            ("autotune_flags", autotune_flags),
-            ("data", data),
-            ("env", env),
-            ("tags", tags),
-            ("shard_count", shard_count),
-            ("exec_properties", exec_properties),
-            ("gpu_exec_properties", gpu_exec_properties),
-            ("compile_for", compile_for),
-            ("compile_deps", compile_deps),
-            ("env_inherit", env_inherit),
-        ]}
-        one.update(
-            name = "%s_%s" % (name, key),
-            gpu_type = kind.device,
-            tags = type_tags,
-            gpu_tags = [] if kind.device == INTERPRETER_DEVICE else gpu_tags,
-            gpu_exec_properties = properties or None,
-        )
-        one.update(extra)
-        _gpu_autotuned_test(**one)
-        tests.append(":%s_%s" % (name, key))
-    native.test_suite(name = name, tests = tests)
-
-def _gpu_autotuned_test(
-        name,
-        test_rule,
-        autotune_cache = None,
-        per_fusion_cache_dir = None,
-        per_fusion_cache_files = [],
-        require_complete = False,
-        gpu_type = None,
-        gpu_tags = DEFAULT_GPU_TAGS,
-        autotune_flags = [],
-        data = [],
-        env = {},
-        tags = [],
-        shard_count = None,
-        exec_properties = None,
-        gpu_exec_properties = None,
-        compile_for = [],
-        compile_deps = None,
-        env_inherit = [],
-        **kwargs):
-    """One load target and its dump target: gpu_autotuned_test's work."""
-    what = "gpu_autotuned_test(name = %r)" % name
-    if autotune_cache and per_fusion_cache_dir:
-        fail("%s: give autotune_cache or per_fusion_cache_dir, not both" % what)
-    if type(gpu_tags) != type([]):
-        fail("%s: gpu_tags must be a list" % what)
+    errors = removed_parameter_errors(what, kwargs)
+    if errors:
+        fail(errors[0])
+    kinds = gpu_type_list(what, gpu_types if gpu_types != None else gpu_type())
+    if kinds.error:
+        fail(kinds.error)
+    if autotune_cache and per_fusion_cache:
+        fail("%s: give autotune_cache or per_fusion_cache, not both" % what)
     if is_select(autotune_flags):
         fail(select_error(what, "autotune_flags"))
+    if compile_for and type(compile_for) != type([]):
+        fail("%s: compile_for must be a list of GPU targets, e.g. [\"sm_90\"]" % what)
+    if compile_for and not autotune_cache:
+        fail("%s: compile_for compiles the winners of autotune_cache, which is not given" % what)
+
+    # The test rule's attributes the macro extends; the rest pass through.
+    env = kwargs.pop("env", {})
     _check_env(what, env)
-    if is_select(env_inherit):
-        fail(select_error(what, "env_inherit"))
-    inherit = GPU_ENV_INHERIT + [v for v in env_inherit if v not in GPU_ENV_INHERIT]
     if "AUTOTUNE_FLAGS" in env and type(env["AUTOTUNE_FLAGS"]) != type(""):
         fail("%s: env AUTOTUNE_FLAGS must be a string" % what)
+    env_inherit = kwargs.pop("env_inherit", [])
+    if is_select(env_inherit):
+        fail(select_error(what, "env_inherit"))
+    data = kwargs.pop("data", [])
+    tags = kwargs.pop("tags", [])
+    shard_count = kwargs.pop("shard_count", None)
+    exec_properties = kwargs.pop("exec_properties", None)
+    exec_compatible_with = kwargs.pop("exec_compatible_with", [])
 
-    runtime = Label("//:autotune")
     cache = _cache_file(autotune_cache, what + ": autotune_cache") if autotune_cache else None
+    runtime = Label("//:autotune")
 
     # data may be a select(): it is only ever extended with +, never read.
     load_flags = list(autotune_flags)
     load_data = data + [runtime]
+    load_env = env
     if cache and cache.exists == False:
         # Not there yet: the runtime reports the missing file and the
         # command that creates it when the test runs.
@@ -350,37 +260,31 @@ def _gpu_autotuned_test(
     elif cache:
         load_data = load_data + [cache.label]
         load_flags.append("--load_autotune_results_from=" + cache.expression)
-    if per_fusion_cache_dir:
-        load_data = load_data + per_fusion_cache_files
-        load_flags.append("--per_fusion_autotune_cache_dir=%s" % per_fusion_cache_dir)
+    if per_fusion_cache:
+        fusions = _per_fusion_dir(per_fusion_cache, what)
+        load_data = load_data + fusions.files
+        load_flags.append("--per_fusion_autotune_cache_dir=" + fusions.path)
         load_flags.append("--autotune_cache_mode=read")
     if require_complete:
         load_flags.append("--require_complete_autotune_results")
-    if gpu_type:
-        load_flags.append("--autotune_expected_gpu=%s" % gpu_type)
-    load_env = env
-    if compile_for and type(compile_for) != type([]):
-        fail("%s: compile_for must be a list of GPU targets, e.g. [\"sm_90\"]" % what)
-    if compile_for and not cache:
-        fail("%s: compile_for compiles the winners of autotune_cache, which is not given" % what)
 
     # A cache that does not exist yet has nothing to compile: the load
     # target fails at test time naming the command that creates it.
     if compile_for and cache.exists != False:
-        kernels = compile_deps if compile_deps != None else kwargs.get("deps", [])
-        if is_select(kernels):
-            fail(select_error(what, "compile_deps (or deps)"))
         triton_env = dict(COMPILE_TRITON_ENV)
         for key, value in env.items():
             if key.startswith("TRITON_") and key not in _TRITON_PLACES:
                 triton_env[key] = value
+        routing = []
+        for kind in kinds.value:
+            routing += kind.tags
         autotune_compiled_kernels(
             name = name + COMPILED_SUFFIX,
             cache = cache.label,
-            kernels = kernels,
+            kernels = kwargs.get("deps", []) + data,
             targets = compile_for,
             triton_env = triton_env,
-            tags = [t for t in tags if t not in gpu_tags],
+            tags = [t for t in tags if t not in routing],
             visibility = ["//visibility:private"],
         )
         compiled = ":" + name + COMPILED_SUFFIX
@@ -392,41 +296,14 @@ def _gpu_autotuned_test(
         load_env = dict(env)
         load_env.update(triton_env)
 
-    common = dict(kwargs)
-    common["env_inherit"] = inherit
-    properties = test_exec_properties(what, exec_properties, gpu_exec_properties)
-    if properties.error:
-        fail(properties.error)
-    if properties.value != None:
-        common["exec_properties"] = properties.value
-    test_tags = [t for t in tags if t not in gpu_tags] + gpu_tags
-    if gpu_type:
-        tag = "gpu-" + gpu_type.lower()
-        if gpu_type != INTERPRETER_DEVICE and tag not in test_tags:
-            test_tags.append(tag)
-
-    load_kwargs = dict(common)
-    if shard_count != None:
-        load_kwargs["shard_count"] = shard_count
-    test_rule(
-        name = name,
-        data = load_data,
-        env = _test_env(what, load_env, load_flags),
-        tags = test_tags,
-        **load_kwargs
-    )
-
-    dump_tags = test_tags + ["manual", DUMP_TAG]
     dump_data = data + [runtime]
     dump_flags = list(autotune_flags) + [
         "--dump_autotune_results_to=TEST_UNDECLARED_OUTPUTS_DIR/" + DUMP_FILE,
         "--autotune_fail_if_sharded",
     ]
+    dump_tags = ["manual", DUMP_TAG]
     if cache:
         dump_tags.append(CACHE_TAG_PREFIX + cache.path)
-    if gpu_type:
-        # Regenerate runs a dump target only where the device matches.
-        dump_tags.append(DEVICE_TAG_PREFIX + gpu_type)
     if cache and cache.exists != False:
         # The checked-in entries are incumbents: a fusion whose entry
         # matches is a hit, dumped as it is without measuring; a missing or
@@ -435,13 +312,73 @@ def _gpu_autotuned_test(
         # stays unless a challenger is faster beyond the timing noise.
         dump_data = dump_data + [cache.label]
         dump_flags.append("--autotune_incumbents_from=" + cache.expression)
-    test_rule(
-        name = name + DUMP_SUFFIX,
-        data = dump_data,
-        env = _test_env(what, env, dump_flags),
-        tags = dump_tags,
-        shard_count = 1,
-        **common
+
+    common = dict(kwargs)
+    common["env_inherit"] = GPU_ENV_INHERIT + [v for v in env_inherit if v not in GPU_ENV_INHERIT]
+    tests = []
+    for kind in kinds.value:
+        target = name if len(kinds.value) == 1 else "%s_%s" % (name, kind.name)
+        tests.append(":" + target)
+        routed = dict(common)
+        properties = test_exec_properties(what, exec_properties, kind.exec_properties)
+        if properties.error:
+            fail(properties.error)
+        if properties.value != None:
+            routed["exec_properties"] = properties.value
+        if exec_compatible_with or kind.exec_compatible_with:
+            routed["exec_compatible_with"] = exec_compatible_with + kind.exec_compatible_with
+        test_tags = [t for t in tags if t not in kind.tags] + kind.tags
+        device_flags = []
+        device_tags = []
+        if kind.device:
+            if "gpu-" + kind.name not in test_tags:
+                test_tags.append("gpu-" + kind.name)
+            device_flags.append("--autotune_expected_gpu=" + kind.device)
+
+            # Regenerate runs a dump target only where the device matches.
+            device_tags.append(DEVICE_TAG_PREFIX + kind.device)
+
+        type_load_env, type_env = load_env, env
+        if len(kinds.value) > 1 and GPU_TYPES_ENTRY_ENV not in env:
+            type_load_env = dict(load_env)
+            type_load_env[GPU_TYPES_ENTRY_ENV] = kind.name
+            type_env = dict(env)
+            type_env[GPU_TYPES_ENTRY_ENV] = kind.name
+
+        load_kwargs = dict(routed)
+        if shard_count != None:
+            load_kwargs["shard_count"] = shard_count
+        test_rule(
+            name = target,
+            data = load_data,
+            env = _test_env(what, type_load_env, load_flags + device_flags),
+            tags = test_tags,
+            **load_kwargs
+        )
+        test_rule(
+            name = target + DUMP_SUFFIX,
+            data = dump_data,
+            env = _test_env(what, type_env, dump_flags),
+            tags = test_tags + [t for t in dump_tags + device_tags if t not in test_tags],
+            shard_count = 1,
+            **routed
+        )
+    if len(tests) > 1:
+        native.test_suite(name = name, tests = tests, tags = tags)
+
+def _per_fusion_dir(label, what):
+    """The files and the run-time path of a per-fusion cache directory."""
+    parsed = parse_cache_label(label, native.package_name())
+    if parsed.error:
+        fail("%s: per_fusion_cache %s" % (what, parsed.error))
+    if parsed.local:
+        files = native.glob([parsed.name + "/**"], allow_empty = True)
+    else:
+        files = [parsed.label]
+    main = _caller_repository() == ""
+    return struct(
+        files = files,
+        path = "TEST_WORKSPACE/" + parsed.path if main else "../%s/%s" % (_caller_repository(), parsed.path),
     )
 
 def autotune_cache_test(name, test_rule, cache, kernel_modules = [], tool = None, deps = [], env = {}, **kwargs):

@@ -212,45 +212,133 @@ def runtime_python_path(runtime_repository, caller_repository):
 # target (compiling, linking, the test).
 TEST_EXEC_PREFIX = "test."
 
-def test_exec_properties(what, exec_properties, gpu_exec_properties):
-    """exec_properties of a GPU test, gpu_exec_properties as test. keys.
+def test_exec_properties(what, exec_properties, type_properties):
+    """exec_properties of a GPU test, a GPU type's properties as test. keys.
 
-    The caller's exec_properties, and gpu_exec_properties for the test
-    action only.
+    The caller's exec_properties, and the gpu_type's exec_properties for
+    the test action only.
 
-    Each key of gpu_exec_properties gets the `test.` prefix (a key that has
-    it keeps it), so a remote executor sends only the test action to the
-    GPU pool; building the target (and compiling kernels ahead) stays on
-    CPU executors. exec_properties are passed as given: a key without the
+    Each key of type_properties gets the `test.` prefix (a key that has it
+    keeps it), so a remote executor sends only the test action to the GPU
+    pool; building the target (and compiling kernels ahead) stays on CPU
+    executors. exec_properties are passed as given: a key without the
     prefix applies to every action of the target.
 
     Args:
       what: the macro call, for messages.
       exec_properties: the caller's exec_properties, or None; a select()
-        only when gpu_exec_properties is empty.
-      gpu_exec_properties: properties of the test action, or None.
+        only when type_properties is empty.
+      type_properties: properties of the test action, or None.
 
     Returns:
       struct(value = the exec_properties to set (None: none), error =
       None or str).
     """
-    if is_select(gpu_exec_properties):
-        return struct(value = None, error = select_error(what, "gpu_exec_properties"))
-    if not gpu_exec_properties:
+    if is_select(type_properties):
+        return struct(value = None, error = select_error(what, "gpu_type's exec_properties"))
+    if not type_properties:
         return struct(value = exec_properties, error = None)
     if is_select(exec_properties):
         return struct(value = None, error = (
-            "%s: exec_properties may not be a select() together with " +
-            "gpu_exec_properties (the macro adds their test. keys while " +
-            "the BUILD file loads); put the test. keys in the select()"
+            "%s: exec_properties may not be a select() together with a " +
+            "gpu_type's exec_properties (the macro adds their test. keys " +
+            "while the BUILD file loads); put the test. keys in the select()"
         ) % what)
     out = dict(exec_properties or {})
-    for key, value in gpu_exec_properties.items():
+    for key, value in type_properties.items():
         full = key if key.startswith(TEST_EXEC_PREFIX) else TEST_EXEC_PREFIX + key
         if full in out and out[full] != value:
             return struct(value = None, error = (
-                "%s: exec_properties[%r] is %r and gpu_exec_properties " +
-                "gives %r: give the test action's key once"
+                "%s: exec_properties[%r] is %r and the gpu_type's " +
+                "exec_properties give %r: give the test action's key once"
             ) % (what, full, out[full], value))
         out[full] = value
     return struct(value = out, error = None)
+
+# Parameters gpu_autotuned_test no longer takes, and what replaces each.
+REMOVED_PARAMETERS = {
+    "gpu_type": "gpu_types = gpu_type(device = %s)",
+    "gpu_tags": "gpu_types = gpu_type(tags = %s)",
+    "gpu_exec_properties": "gpu_types = gpu_type(exec_properties = %s)",
+    "per_fusion_cache_dir": "per_fusion_cache = \"<directory>\" (one label: the directory, whose files become data)",
+    "per_fusion_cache_files": "per_fusion_cache = \"<directory>\" (one label: the directory, whose files become data)",
+    "compile_deps": "nothing: the compile action reads the kernels from deps and data",
+}
+
+def removed_parameter_errors(what, kwargs):
+    """Messages for parameters of an older gpu_autotuned_test, in kwargs.
+
+    Args:
+      what: the macro call, for messages.
+      kwargs: the macro's **kwargs.
+
+    Returns:
+      One message per removed parameter given, naming its replacement.
+    """
+    errors = []
+    for name in sorted(kwargs.keys()):
+        if name not in REMOVED_PARAMETERS:
+            continue
+        replacement = REMOVED_PARAMETERS[name]
+        if "%s" in replacement:
+            replacement = replacement % repr(kwargs[name])
+        errors.append("%s: %s is gone: write %s" % (what, name, replacement))
+    return errors
+
+def check_gpu_type(device, name, tags, exec_properties, exec_compatible_with):
+    """What is wrong with gpu_type(...)'s arguments, if anything.
+
+    Args:
+      device: gpu_type's device.
+      name: gpu_type's name.
+      tags: gpu_type's tags.
+      exec_properties: gpu_type's exec_properties.
+      exec_compatible_with: gpu_type's exec_compatible_with.
+
+    Returns:
+      struct(error = None or str).
+    """
+    what = "gpu_type(device = %r)" % device
+    if device != None and (type(device) != type("") or not device):
+        return struct(error = "gpu_type: device must be a non-empty string, e.g. \"H100\"")
+    if name != None and (type(name) != type("") or not name or "/" in name or ":" in name):
+        return struct(error = "%s: name must be a non-empty string usable in a target name, e.g. \"h100\"" % what)
+    if type(exec_properties) != type({}):
+        return struct(error = "%s: exec_properties must be a dict" % what)
+    if (tags != None and type(tags) != type([])) or type(exec_compatible_with) != type([]):
+        return struct(error = "%s: tags and exec_compatible_with must be lists" % what)
+    return struct(error = None)
+
+def gpu_type_list(what, gpu_types):
+    """gpu_types as a list of gpu_type structs.
+
+    Args:
+      what: the macro call, for messages.
+      gpu_types: one gpu_type(...) or a list of them.
+
+    Returns:
+      struct(value = [gpu_type struct], error = None or str).
+    """
+    if type(gpu_types) == type({}):
+        return struct(value = None, error = (
+            "%s: gpu_types is a list now: gpu_types = [gpu_type(name = " +
+            "\"h100\", device = \"H100\", ...), ...] (the dict's keys " +
+            "become each gpu_type's name)"
+        ) % what)
+    kinds = gpu_types if type(gpu_types) == type([]) else [gpu_types]
+    if not kinds:
+        return struct(value = None, error = "%s: gpu_types is empty: leave it out for gpu_type()" % what)
+    names = {}
+    for kind in kinds:
+        if type(kind) != "struct" or not hasattr(kind, "device") or not hasattr(kind, "exec_properties"):
+            return struct(value = None, error = "%s: gpu_types holds %r, not a gpu_type(...)" % (what, kind))
+        if len(kinds) > 1:
+            if not kind.name:
+                return struct(value = None, error = (
+                    "%s: every gpu_type of a list needs a device or a name " +
+                    "(its targets are <name>_<type name>)"
+                ) % what)
+            if kind.name in names:
+                return struct(value = None, error = "%s: two gpu_types are named %r" % (what, kind.name))
+            names[kind.name] = None
+    return struct(value = kinds, error = None)

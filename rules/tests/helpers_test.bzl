@@ -7,9 +7,11 @@ load(
     "combine_flags",
     "env_select_errors",
     "flags_env",
+    "gpu_type_list",
     "is_main_repository",
     "is_select",
     "parse_cache_label",
+    "removed_parameter_errors",
     "runtime_python_path",
     "split_flags",
     "test_exec_properties",
@@ -168,10 +170,52 @@ def _test_exec_properties_test(ctx):
     asserts.true(env, clash.error.startswith(what + ": exec_properties[\"test.Pool\"] is \"gpu-a100\""), clash.error)
     chosen = select({"//conditions:default": {}})
     asserts.true(env, "may not be a select()" in test_exec_properties(what, chosen, {"Pool": "g"}).error)
-    asserts.true(env, "gpu_exec_properties may not be a select()" in test_exec_properties(what, None, chosen).error)
+    asserts.true(env, "gpu_type's exec_properties may not be a select()" in test_exec_properties(what, None, chosen).error)
     return unittest.end(env)
 
 test_exec_properties_test = unittest.make(_test_exec_properties_test)
+
+def _removed_parameters_test(ctx):
+    env = unittest.begin(ctx)
+    what = "gpu_autotuned_test(name = \"t\")"
+    asserts.equals(env, [], removed_parameter_errors(what, {"deps": [":k"], "data": []}))
+    asserts.equals(env, [
+        what + ": gpu_tags is gone: write gpu_types = gpu_type(tags = [\"gpu\"])",
+        what + ": gpu_type is gone: write gpu_types = gpu_type(device = \"H200\")",
+    ], removed_parameter_errors(what, {"gpu_type": "H200", "gpu_tags": ["gpu"], "srcs": []}))
+    errors = removed_parameter_errors(what, {"per_fusion_cache_files": []})
+    asserts.true(env, "write per_fusion_cache = " in errors[0], errors[0])
+    errors = removed_parameter_errors(what, {"compile_deps": [":k"]})
+    asserts.true(env, "reads the kernels from deps and data" in errors[0], errors[0])
+    return unittest.end(env)
+
+removed_parameters_test = unittest.make(_removed_parameters_test)
+
+def _kind(device, name = None):
+    return struct(device = device, name = name or (device.lower() if device else None), tags = [], exec_properties = {}, exec_compatible_with = [])
+
+def _gpu_type_list_test(ctx):
+    env = unittest.begin(ctx)
+    what = "gpu_autotuned_test(name = \"t\")"
+
+    # One struct is a list of one; a list stays as it is.
+    one = _kind(None)
+    asserts.equals(env, [one], gpu_type_list(what, one).value)
+    two = [_kind("H100"), _kind("triton-interpreter", "cpu")]
+    asserts.equals(env, two, gpu_type_list(what, two).value)
+
+    # The old dict form, an empty list, a stranger, unnamed or twice named.
+    old = gpu_type_list(what, {"h100": _kind("H100")})
+    asserts.true(env, "gpu_types is a list now" in old.error, old.error)
+    asserts.true(env, "is empty" in gpu_type_list(what, []).error)
+    asserts.true(env, "not a gpu_type(...)" in gpu_type_list(what, ["H100"]).error)
+    unnamed = gpu_type_list(what, [_kind("H100"), _kind(None)])
+    asserts.true(env, "needs a device or a name" in unnamed.error, unnamed.error)
+    twice = gpu_type_list(what, [_kind("H100"), _kind("A100", "h100")])
+    asserts.true(env, "two gpu_types are named \"h100\"" in twice.error, twice.error)
+    return unittest.end(env)
+
+gpu_type_list_test = unittest.make(_gpu_type_list_test)
 
 def helpers_test_suite(name):
     unittest.suite(
@@ -183,4 +227,6 @@ def helpers_test_suite(name):
         repositories_test,
         select_test,
         test_exec_properties_test,
+        removed_parameters_test,
+        gpu_type_list_test,
     )

@@ -15,8 +15,7 @@ import tiny_kernels as tk  # noqa: E402
 url, cache_dir, sizes = sys.argv[1], sys.argv[2], [int(s) for s in
                                                      sys.argv[3:]]
 # A generous timeout: eight of these share two loaded cores with the server.
-options = {"autotune_remote_cache": url,
-           "autotune_remote_cache_timeout_s": 10.0}
+options = {"autotune_remote_cache": url + "?timeout_s=10"}
 if cache_dir != "-":
     options["per_fusion_autotune_cache_dir"] = cache_dir
 sess = autotune.configure(**options)
