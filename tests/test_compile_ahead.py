@@ -158,7 +158,7 @@ def _maxnreg_keys(record):
     ahead = list(record)
     record.clear()
     tuner.kernel[grid](*args, **kwargs, **capped.all_kwargs())
-    return {"option": plan.to_compile[0].options.get("maxnreg"),
+    return {"option": plan.to_compile[0].record.options.get("maxnreg"),
             "launch_found": sum(k in ahead for k in record),
             "launches": len(record),
             "checker_config": compile_check._config_dict(capped)["maxnreg"]}

@@ -18,10 +18,8 @@ process where TRITON_INTERPRET=0 was set before anything imported Triton
 (the command line does that; tuning with --autotune_compile_check asks a
 child process, see Checker).
 """
-import concurrent.futures
 import dataclasses
 import importlib
-import inspect
 import json
 import os
 import re
@@ -207,76 +205,86 @@ def _failed(result, exc, start):
     return result
 
 
+_TRITON_TO_TORCH = {v: k for k, v in _TORCH_TO_TRITON.items()}
+
+
+def stand_in_arguments(fn, signature):
+    """Arguments a launch of `fn` with `signature` (see launch_signature)
+    would be given, for Triton's binder to specialise: a small tensor of
+    the dtype, its address divisible by 16 when marked ":16" and not
+    otherwise; an integer divisible by 16 or not; a float; the value."""
+    import torch
+    consts = set(keys.constexpr_names(fn))
+    named = {}
+    for name, value in signature.items():
+        if name in consts or not isinstance(value, str):
+            named[name] = value
+            continue
+        kind, aligned = (value[:-3], True) if value.endswith(":16") \
+            else (value, False)
+        if kind.startswith("*"):
+            dtype = _TRITON_TO_TORCH.get(kind[1:])
+            if dtype is None:
+                raise CompileCheckError(f"{name}: no tensor of {kind}")
+            base = torch.empty(2, dtype=getattr(torch, dtype))
+            named[name] = base if aligned else base[1:]
+        elif kind == "i1":
+            named[name] = True
+        elif re.fullmatch(r"[iu](8|16|32)", kind):
+            named[name] = 16 if aligned else 17
+        elif re.fullmatch(r"[iu]64", kind):
+            named[name] = 2 ** 36 + (0 if aligned else 1)
+        elif kind == "fp32":
+            named[name] = 1.5
+        else:
+            raise CompileCheckError(f"{name}: no stand-in for {value!r}")
+    return named
+
+
+def _launched(kernel):
+    """The layer a launch goes through: triton.heuristics around the
+    JITFunction, or the JITFunction (under this project's autotuner)."""
+    from triton.runtime.autotuner import Heuristics
+    from triton.runtime.jit import JITFunction
+    for layer in unwrap.layers(kernel):
+        if isinstance(layer, (Heuristics, JITFunction)):
+            return layer
+    return _jit_function(kernel)
+
+
 def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
                 num_ctas, target, maxnreg=None):
-    """Compiles one config for `target`; returns a Result."""
-    import triton
+    """Compiles one config for `target`; returns a Result. What is compiled
+    is what Triton's launcher computes for arguments of `signature`
+    (compile_requests.record_for_launch over stand-in arguments)."""
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+
+    # compile_requests builds on this module's Result: imported at call time
+    from autotune.measure import compile_requests
+    from autotune.records import Config
 
     jit = _jit_function(kernel)
     fn = jit.fn
-    params = inspect.signature(fn).parameters
-    full = dict(signature)
-    full.update(config_kwargs)
-    consts = set(keys.constexpr_names(fn))
-    types, constexprs, attrs = {}, {}, {}
-    for index, name in enumerate(jit.arg_names):
-        value = full.get(name)
-        if name not in consts and isinstance(value, int) and \
-                not isinstance(value, bool):
-            # An integer argument given as a value: specialised, as
-            # Triton's launcher specialises an argument equal to 1 (a unit
-            # stride), which decides vectorised and pipelined loads.
-            types[name] = "constexpr"
-            constexprs[name] = value
-        elif name not in consts and isinstance(value, str) and \
-                value.endswith(":16"):
-            # "*bf16:16", "i32:16": divisible by 16, as the launcher marks
-            # pointers and integers that are.
-            types[name] = value[:-3]
-            attrs[(index,)] = [["tt.divisibility", 16]]
-        elif name not in consts and isinstance(value, str) and \
-                re.fullmatch(r"\*.+|[iu]\d+", value) and value != "i1":
-            # A pointer or integer not divisible by 16: the launcher still
-            # gives it an (empty) attribute entry, part of the source hash.
-            types[name] = value
-            attrs[(index,)] = []
-        elif name not in consts and name in full and value is None:
-            types[name] = "constexpr"  # None arguments are constants
-            constexprs[name] = None
-        elif name in consts:
-            types[name] = "constexpr"
-            if name in full:
-                constexprs[name] = full[name]
-            elif params[name].default is not inspect.Parameter.empty:
-                constexprs[name] = params[name].default
-            else:
-                raise CompileCheckError(f"{fn.__name__}: no value for "
-                                        f"constexpr {name}")
-        elif name in full:
-            types[name] = full[name]
-        else:
-            raise CompileCheckError(f"{fn.__name__}: no type for argument "
-                                    f"{name}")
     config_text = " ".join(f"{k}={v}" for k, v in config_kwargs.items()) + \
         f" warps={num_warps} stages={num_stages}" + \
         (f" maxnreg={maxnreg}" if maxnreg is not None else "")
     result = Result(target.name, fn.__name__, describe(signature),
                     config_text, ok=True)
+    gpu = ("cuda", target.capability, 32)
     start = time.perf_counter()
     try:
-        options = {"num_warps": num_warps, "num_stages": num_stages}
-        if num_ctas != 1:
-            options["num_ctas"] = num_ctas
-        if maxnreg is not None:
-            options["maxnreg"] = maxnreg
-        compiled = triton.compile(
-            ASTSource(jit, types, constexprs=constexprs, attrs=attrs),
-            target=GPUTarget("cuda", target.capability, 32), options=options)
-    except Exception as e:
+        named = stand_in_arguments(fn, {k: v for k, v in signature.items()
+                                        if k not in config_kwargs})
+        record = compile_requests.record_for_launch(
+            _launched(kernel), named,
+            Config(dict(config_kwargs), num_warps, num_stages, num_ctas,
+                   maxnreg=maxnreg), target=GPUTarget(*gpu))
+    except Exception as e:  # the launch would fail the same way
         return _failed(result, e, start)
-    return checked(result, compiled, target, num_warps, start)
+    built = compile_requests.build_record(record, gpu, None)
+    built.target, built.kernel = result.target, result.kernel
+    built.signature, built.config = result.signature, result.config
+    return built
 
 
 def checked(result, compiled, target, num_warps, start):
@@ -359,34 +367,15 @@ def load_kernel(module_name, kernel_name, file_name=None):
 
 
 def run_tasks(tasks, jobs, apart=False):
-    """Compiles tasks (see _compile_task), in `jobs` processes when > 1.
-    Results in task order. apart: in a spawned process even for one job,
-    a compile this process's Triton state cannot touch (Triton's
-    interpreter, once it ran kernels here, can break a later fresh
-    compile in the same process)."""
-    if apart:
-        return _run_in_pool(_compile_task, tasks, max(1, jobs))
-    if jobs <= 1 or len(tasks) <= 1:
-        return [_compile_task(t) for t in tasks]
-    return _run_in_pool(_compile_task, tasks, jobs)
-
-
-def _run_in_pool(function, tasks, jobs):
-    """function over tasks in min(jobs, len(tasks)) spawned processes
-    that start with TRITON_INTERPRET=0."""
-    import multiprocessing
-    ctx = multiprocessing.get_context("spawn")
-    env_before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"  # the spawned workers start so
-    try:
-        with concurrent.futures.ProcessPoolExecutor(
-                max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-            return list(pool.map(function, tasks))
-    finally:
-        if env_before is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = env_before
+    """Compiles tasks (see _compile_task), in `jobs` processes when > 1
+    (the one pool, compile_requests.run_pool). Results in task order.
+    apart: in a spawned process even for one job, a compile this
+    process's Triton state cannot touch (Triton's interpreter, once it ran
+    kernels here, can break a later fresh compile in the same process)."""
+    # compile_requests builds on this module's Result: imported at call time
+    from autotune.measure import compile_requests
+    return compile_requests.run_pool(_compile_task, tasks, max(1, jobs),
+                                     apart=apart)
 
 
 # -- compiling ahead of a launch ------------------------------------------------
@@ -416,10 +405,7 @@ MIN_CONFIGS_FOR_POOL = 4
 class LaunchCompile:
     """What launching `config` would hand Triton's compiler."""
     config: object
-    signature: dict
-    constexprs: dict
-    attrs: dict
-    options: dict
+    record: object         # compile_requests.LaunchRecord
     target: tuple          # GPUTarget's (backend, arch, warp_size)
     on_disk: bool = False  # the on-disk cache holds the binary already
 
@@ -448,31 +434,7 @@ class AheadPlan:
         return None
 
 
-def _encode_constexpr(value):
-    """A constexpr value a spawned process can rebuild: a JIT function (an
-    activation passed as a constexpr, say) by module and qualified name."""
-    from triton.runtime.jit import JITFunction
-    if isinstance(value, JITFunction):
-        return ("__jit_function__", value.fn.__module__,
-                value.fn.__qualname__)
-    if isinstance(value, tuple):
-        return tuple(_encode_constexpr(v) for v in value)
-    return value
-
-
-def _decode_constexpr(value):
-    if isinstance(value, tuple) and len(value) == 3 and \
-            value[0] == "__jit_function__":
-        obj = importlib.import_module(value[1])
-        for part in value[2].split("."):
-            obj = getattr(obj, part)
-        return obj
-    if isinstance(value, tuple):
-        return tuple(_decode_constexpr(v) for v in value)
-    return value
-
-
-def _on_disk(jit, request):
+def _on_disk(request):
     """Whether Triton's on-disk cache holds this compile already (the
     lookup triton.compile starts with); False when it cannot tell."""
     try:
@@ -480,15 +442,15 @@ def _on_disk(jit, request):
 
         from triton._C.libtriton import get_cache_invalidating_env_vars
         from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
         from triton.compiler.compiler import make_backend
         from triton.runtime.cache import get_cache_key, get_cache_manager
-        src = ASTSource(jit, request.signature, request.constexprs,
-                        request.attrs)
-        backend = make_backend(GPUTarget(*request.target))
-        options = backend.parse_options(dict(request.options,
-                                             **src.parse_options()))
-        key = get_cache_key(src, backend, options,
+
+        # compile_requests builds on this module: imported at call time
+        from autotune.measure import compile_requests
+        target = GPUTarget(*request.target)
+        src, options = compile_requests.source_of(request.record, target)
+        backend = make_backend(target)
+        key = get_cache_key(src, backend, backend.parse_options(options),
                             env_vars=get_cache_invalidating_env_vars())
         manager = get_cache_manager(
             hashlib.sha256(key.encode("utf-8")).hexdigest())
@@ -504,7 +466,11 @@ def plan_compile_ahead(kernel, named, configs):
     each config's meta-parameters and launch options. Runs in the tuning
     process, whose active driver (the GPU's) names the target."""
     import threading
+
+    # compile_requests builds on this module: imported at call time
+    from autotune.measure import compile_requests
     jit = _jit_function(kernel)
+    name = f"{jit.fn.__module__}:{jit.fn.__qualname__}"
     captured = []
     planner = threading.get_ident()
     patched_before = vars(jit).get("_do_compile")
@@ -519,8 +485,9 @@ def plan_compile_ahead(kernel, named, configs):
                                attrs, warmup)
         target = jit.device_caches[device][2]
         captured.append(LaunchCompile(
-            None, dict(signature), dict(constexprs), dict(attrs),
-            dict(options.__dict__),
+            None, compile_requests.from_launch(
+                name, jit, signature, constexprs, attrs,
+                dict(options.__dict__)),
             (target.backend, target.arch, target.warp_size)))
         return None  # nothing compiled, nothing launched
     plan = AheadPlan([], [], [], [])
@@ -539,7 +506,7 @@ def plan_compile_ahead(kernel, named, configs):
                 continue
             request = captured[-1]
             request.config = config
-            request.on_disk = _on_disk(jit, request)
+            request.on_disk = _on_disk(request)
             (plan.on_disk if request.on_disk else
              plan.to_compile).append(request)
     finally:
@@ -550,50 +517,23 @@ def plan_compile_ahead(kernel, named, configs):
     return plan
 
 
-def _compile_launch_task(task):
-    """In a worker process: compiles one captured launch, as the JIT's
-    own compile step does, into Triton's on-disk cache; Result as a dict
-    (resources checked against the target's limits)."""
-    os.environ["TRITON_INTERPRET"] = "0"
-    _quiet_fp_fusion_notice()
-    (module_name, file_name, kernel_name, config_text, signature, constexprs,
-     attrs, options, target) = task
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.compiler import compile as triton_compile
-    jit = _jit_function(load_kernel(module_name, kernel_name, file_name))
-    constexprs = {k: _decode_constexpr(v) for k, v in constexprs.items()}
-    arch = target[1]
-    check_target = Target(f"sm_{arch}", arch) if isinstance(arch, int) \
-        else Target(str(arch), 0)
-    result = Result(check_target.name, jit.fn.__name__, "", config_text,
-                    ok=True)
-    start = time.perf_counter()
-    try:
-        compiled = triton_compile(ASTSource(jit, signature, constexprs, attrs),
-                                  target=GPUTarget(*target), options=options)
-    except Exception as e:  # the launch meets the same error, and says so
-        return dataclasses.asdict(_failed(result, e, start))
-    return dataclasses.asdict(checked(result, compiled, check_target,
-                                      options.get("num_warps", 4), start))
-
-
 def compile_planned(where, plan, jobs):
     """Compiles the plan's to_compile requests in `jobs` spawned processes
     (in this one when jobs is 1) into Triton's on-disk cache; where:
     (module, attribute) under which the workers import the kernel.
     Results as dicts, in plan order."""
+    # compile_requests builds on this module: imported at call time
+    from autotune.measure import compile_requests
     module_name, kernel_attr = where
-    tasks = [(module_name, None, kernel_attr,
-              request.config.short() if hasattr(request.config, "short")
-              else str(request.config),
-              request.signature,
-              {k: _encode_constexpr(v) for k, v in request.constexprs.items()},
-              request.attrs, request.options, request.target)
-             for request in plan.to_compile]
-    if jobs <= 1 or len(tasks) <= 1:
-        return [_compile_launch_task(t) for t in tasks]
-    return _run_in_pool(_compile_launch_task, tasks, jobs)
+    tasks = []
+    for request in plan.to_compile:
+        record = dataclasses.replace(
+            request.record, kernel=f"{module_name}:{kernel_attr}",
+            label=request.config.short() if hasattr(request.config, "short")
+            else str(request.config))
+        tasks.append((record, request.target, None, ()))
+    return compile_requests.run_pool(compile_requests.build, tasks,
+                                     max(1, jobs))
 
 
 def compile_ahead_of_launch(where, kernel, named, configs, jobs):
