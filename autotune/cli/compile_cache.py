@@ -50,6 +50,10 @@ def add_subcommand(sub):
                    help="a module whose kernels the requests may name "
                    "(imported first; a request naming any other module is "
                    "refused); may be repeated")
+    p.add_argument("--allowed_module", action="append", default=[],
+                   metavar="MODULE",
+                   help="a module the requests may name, imported only when "
+                   "one does (the macro's deps); may be repeated")
     p.add_argument("--import_path", action="append", default=[],
                    metavar="DIR", help="add to the module search path; may "
                    "be repeated")
@@ -149,7 +153,7 @@ def cmd_compile(args):
         sys.path.insert(0, path)
     env = _set_build_environment(out, args.triton_env)
     import triton
-    modules = tuple(args.kernel_module)
+    modules = tuple(dict.fromkeys(args.kernel_module + args.allowed_module))
     work = plan(entries, targets, modules, triton.__version__)
     for module in args.kernel_module:
         try:
