@@ -383,6 +383,7 @@ def verify_verdict(stale, outdated, other, unmeasured=0,
 def cmd_verify(args):
     tuners = tree_autotuners(args.kernel_module) if args.kernel_module \
         else None
+    modules = tuple(args.kernel_module)
     known = None if tuners is None else {
         name: tuner.fingerprint for name, tuner in tuners.items()}
     findings = 0
@@ -433,7 +434,10 @@ def cmd_verify(args):
                         f" on {entry.key.device}: {never} offered config(s) "
                         "never measured"))
             for request in entry.compile_requests:
-                reason = compile_requests.mismatch(request, entry)
+                # With --kernel_module, a request naming code elsewhere
+                # is a finding (`compile` refuses it).
+                reason = compile_requests.mismatch(
+                    request, entry, modules if args.kernel_module else None)
                 if reason:
                     problems.append("compile request does not describe the "
                                     f"winner: {reason}")
