@@ -241,6 +241,15 @@ def test_mismatch_compares_the_whole_name():
                              "x:*fp32:D", "num_warps=4", "3.9.0")
     assert "names kernel Other.scale_kernel, the entry is for " \
         "scale_kernel" in compile_requests.mismatch(request, Entry)
+    # The tree knows the kernel's module: a request naming another one,
+    # with the same last part, is not its launch.
+    request = CompileRequest("other_kernels:scale_kernel", "x:*fp32:D",
+                             "num_warps=4", "3.9.0")
+    assert compile_requests.mismatch(
+        request, Entry, full_names={
+            "scale_kernel": "compile_check_kernels:scale_kernel"}) == (
+        "compile request names kernel other_kernels:scale_kernel, the "
+        "tree's scale_kernel is compile_check_kernels:scale_kernel")
 
 
 def test_a_request_of_another_triton_version_is_refused_naming_both(

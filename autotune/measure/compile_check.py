@@ -25,38 +25,19 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 from autotune import keys, unwrap
 from autotune.errors import AutotuneError, CompileCheckError
-
-# Per compute capability: dynamic shared memory per block (the opt-in
-# maximum, which Triton requests), registers per block, threads per block.
-# From the CUDA programming guide's table of compute capabilities.
-_SHARED_OPTIN = {70: 98304, 72: 98304, 75: 65536, 80: 166912, 86: 101376,
-                 87: 166912, 89: 101376, 90: 232448, 100: 232448,
-                 120: 101376}
-REGISTERS_PER_BLOCK = 65536
-THREADS_PER_BLOCK = 1024
-
-_TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
-                    "float64": "fp64", "int8": "i8", "int16": "i16",
-                    "int32": "i32", "int64": "i64", "uint8": "u8",
-                    "bool": "i1", "float8_e4m3fn": "fp8e4nv",
-                    "float8_e5m2": "fp8e5"}
-
-
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    name: str          # sm_90
-    capability: int    # 90
-
-    @property
-    def shared_limit(self):
-        return _SHARED_OPTIN.get(self.capability, 49152)
+from autotune.measure import compile_requests
+from autotune.measure.compile_requests import (_TORCH_TO_TRITON,
+                                               stand_in_arguments)
+# The compile's result and the target's limits, named here as before.
+from autotune.measure.compile_results import (  # noqa: F401
+    _SHARED_OPTIN, REGISTERS_PER_BLOCK, THREADS_PER_BLOCK, Result, Target,
+    _failed, _quiet_fp_fusion_notice, _tool, apply_limits, checked,
+    resource_usage)
+from autotune.records import Config
 
 
 def parse_targets(text):
@@ -78,21 +59,6 @@ def parse_targets(text):
     if not targets:
         raise CompileCheckError("compile check: no target given")
     return targets
-
-
-@dataclasses.dataclass
-class Result:
-    target: str
-    kernel: str
-    signature: str
-    config: str
-    ok: bool
-    failure: str = "NONE"      # COMPILE_ERROR or OUT_OF_RESOURCES
-    reason: str = ""
-    shared: int = 0
-    registers: int = 0
-    stack: int = 0
-    seconds: float = 0.0
 
 
 # -- signatures --------------------------------------------------------------
@@ -153,27 +119,6 @@ def describe(signature):
 
 # -- compiling ---------------------------------------------------------------
 
-def _tool(name):
-    import triton
-    path = os.path.join(os.path.dirname(triton.__file__), "backends",
-                        "nvidia", "bin", name)
-    return path if os.path.exists(path) else None
-
-
-def resource_usage(cubin):
-    """(registers, stack bytes) of a cubin, from the wheel's cuobjdump."""
-    tool = _tool("cuobjdump")
-    if tool is None:
-        return 0, 0
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([tool, "--dump-resource-usage", f.name],
-                             capture_output=True, text=True).stdout
-    m = re.search(r"REG:(\d+)\s+STACK:(\d+)", out)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
 def _jit_function(fn):
     from triton.runtime.jit import JITFunction
     try:
@@ -186,59 +131,6 @@ def _jit_function(fn):
         f"{getattr(kernel, '__name__', kernel)} is not a JITFunction: "
         "compile checks run with TRITON_INTERPRET=0 (a kernel decorated "
         "under the interpreter cannot be compiled for a GPU)")
-
-
-def _failed(result, exc, start):
-    """`result` as a failed compile: the failure classified as the runtime
-    classifies it (a compile's runtime error is a compile error), the
-    reason the exception's last line."""
-    from autotune.measure import backends  # loads torch: only on a failure
-    result.ok = False
-    result.failure = backends.classify_failure(exc)
-    if result.failure == "RUNTIME_ERROR":
-        result.failure = "COMPILE_ERROR"
-    lines = [ln.strip() for ln in str(exc).strip().splitlines()
-             if ln.strip()]
-    result.reason = (f"{type(exc).__name__}: "
-                     + (lines[-1] if lines else ""))[:200]
-    result.seconds = round(time.perf_counter() - start, 3)
-    return result
-
-
-_TRITON_TO_TORCH = {v: k for k, v in _TORCH_TO_TRITON.items()}
-
-
-def stand_in_arguments(fn, signature):
-    """Arguments a launch of `fn` with `signature` (see launch_signature)
-    would be given, for Triton's binder to specialise: a small tensor of
-    the dtype, its address divisible by 16 when marked ":16" and not
-    otherwise; an integer divisible by 16 or not; a float; the value."""
-    import torch
-    consts = set(keys.constexpr_names(fn))
-    named = {}
-    for name, value in signature.items():
-        if name in consts or not isinstance(value, str):
-            named[name] = value
-            continue
-        kind, aligned = (value[:-3], True) if value.endswith(":16") \
-            else (value, False)
-        if kind.startswith("*"):
-            dtype = _TRITON_TO_TORCH.get(kind[1:])
-            if dtype is None:
-                raise CompileCheckError(f"{name}: no tensor of {kind}")
-            base = torch.empty(2, dtype=getattr(torch, dtype))
-            named[name] = base if aligned else base[1:]
-        elif kind == "i1":
-            named[name] = True
-        elif re.fullmatch(r"[iu](8|16|32)", kind):
-            named[name] = 16 if aligned else 17
-        elif re.fullmatch(r"[iu]64", kind):
-            named[name] = 2 ** 36 + (0 if aligned else 1)
-        elif kind == "fp32":
-            named[name] = 1.5
-        else:
-            raise CompileCheckError(f"{name}: no stand-in for {value!r}")
-    return named
 
 
 def _launched(kernel):
@@ -258,10 +150,6 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
     is what Triton's launcher computes for arguments of `signature`
     (compile_requests.record_for_launch over stand-in arguments)."""
     from triton.backends.compiler import GPUTarget
-
-    # compile_requests builds on this module's Result: imported at call time
-    from autotune.measure import compile_requests
-    from autotune.records import Config
 
     jit = _jit_function(kernel)
     fn = jit.fn
@@ -285,45 +173,6 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
     built.target, built.kernel = result.target, result.kernel
     built.signature, built.config = result.signature, result.config
     return built
-
-
-def checked(result, compiled, target, num_warps, start):
-    """`result` of a compile that succeeded: its shared memory, registers
-    and stack, its seconds since `start`, held against the target's
-    limits (apply_limits)."""
-    result.shared = int(getattr(compiled.metadata, "shared", 0) or 0)
-    result.registers, result.stack = resource_usage(
-        compiled.asm.get("cubin", b""))
-    result.seconds = round(time.perf_counter() - start, 3)
-    return apply_limits(result, target, num_warps)
-
-
-def apply_limits(result, target, num_warps, shared_limit=None):
-    """Marks a compiled config OUT_OF_RESOURCES when it needs more than the
-    target has per block: what a launch there would refuse."""
-    shared_limit = shared_limit or target.shared_limit
-    threads = num_warps * 32
-    problems = []
-    if result.shared > shared_limit:
-        problems.append(f"shared memory {result.shared} B > "
-                        f"{shared_limit} B per block")
-    if threads > THREADS_PER_BLOCK:
-        problems.append(f"{threads} threads > {THREADS_PER_BLOCK} per block")
-    if result.registers * threads > REGISTERS_PER_BLOCK:
-        problems.append(f"{result.registers} registers x {threads} threads > "
-                        f"{REGISTERS_PER_BLOCK} per block")
-    if problems:
-        result.ok = False
-        result.failure = "OUT_OF_RESOURCES"
-        result.reason = "; ".join(problems)
-    return result
-
-
-def _quiet_fp_fusion_notice():
-    # Triton 3.9 warns on every compile that TRITON_DEFAULT_FP_FUSION is
-    # unset; the check compiles with whatever default a launch would use.
-    import warnings
-    warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
 
 
 def _compile_task(task):
@@ -372,8 +221,6 @@ def run_tasks(tasks, jobs, apart=False):
     apart: in a spawned process even for one job, a compile this
     process's Triton state cannot touch (Triton's interpreter, once it ran
     kernels here, can break a later fresh compile in the same process)."""
-    # compile_requests builds on this module's Result: imported at call time
-    from autotune.measure import compile_requests
     return compile_requests.run_pool(_compile_task, tasks, max(1, jobs),
                                      apart=apart)
 
@@ -445,8 +292,6 @@ def _on_disk(request):
         from triton.compiler.compiler import make_backend
         from triton.runtime.cache import get_cache_key, get_cache_manager
 
-        # compile_requests builds on this module: imported at call time
-        from autotune.measure import compile_requests
         target = GPUTarget(*request.target)
         src, options = compile_requests.source_of(request.record, target)
         backend = make_backend(target)
@@ -467,8 +312,6 @@ def plan_compile_ahead(kernel, named, configs):
     process, whose active driver (the GPU's) names the target."""
     import threading
 
-    # compile_requests builds on this module: imported at call time
-    from autotune.measure import compile_requests
     jit = _jit_function(kernel)
     name = f"{jit.fn.__module__}:{jit.fn.__qualname__}"
     captured = []
@@ -522,8 +365,6 @@ def compile_planned(where, plan, jobs):
     (in this one when jobs is 1) into Triton's on-disk cache; where:
     (module, attribute) under which the workers import the kernel.
     Results as dicts, in plan order."""
-    # compile_requests builds on this module: imported at call time
-    from autotune.measure import compile_requests
     module_name, kernel_attr = where
     tasks = []
     for request in plan.to_compile:

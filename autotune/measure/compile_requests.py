@@ -47,10 +47,12 @@ pairs. A request without `@attrs=` (written before it existed) is built
 only by the Triton version that wrote it, whose binder then computes the
 attributes again from stand-in arguments of the recorded types and marks.
 """
+import concurrent.futures
 import ctypes
 import dataclasses
 import importlib
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -60,9 +62,10 @@ import time
 from autotune import log as logs
 from autotune import unwrap
 from autotune.errors import AutotuneError, CompileCheckError
-from autotune.measure.compile_check import (Result, Target, _failed,
-                                            _quiet_fp_fusion_notice, checked,
-                                            stand_in_arguments)
+from autotune import keys
+from autotune.measure.compile_results import (Result, Target, _failed,
+                                              _quiet_fp_fusion_notice,
+                                              checked)
 from autotune.records import CompileRequest, Config
 
 # The target whose backend specialises an interpreter run's launches: any
@@ -268,6 +271,50 @@ def request_for_launch(kernel, named, config):
         return None
 
 
+# Torch's dtype names and Triton's.
+_TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+                    "float64": "fp64", "int8": "i8", "int16": "i16",
+                    "int32": "i32", "int64": "i64", "uint8": "u8",
+                    "bool": "i1", "float8_e4m3fn": "fp8e4nv",
+                    "float8_e5m2": "fp8e5"}
+_TRITON_TO_TORCH = {v: k for k, v in _TORCH_TO_TRITON.items()}
+
+
+
+
+def stand_in_arguments(fn, signature):
+    """Arguments a launch of `fn` with `signature` (see launch_signature)
+    would be given, for Triton's binder to specialise: a small tensor of
+    the dtype, its address divisible by 16 when marked ":16" and not
+    otherwise; an integer divisible by 16 or not; a float; the value."""
+    import torch
+    consts = set(keys.constexpr_names(fn))
+    named = {}
+    for name, value in signature.items():
+        if name in consts or not isinstance(value, str):
+            named[name] = value
+            continue
+        kind, aligned = (value[:-3], True) if value.endswith(":16") \
+            else (value, False)
+        if kind.startswith("*"):
+            dtype = _TRITON_TO_TORCH.get(kind[1:])
+            if dtype is None:
+                raise CompileCheckError(f"{name}: no tensor of {kind}")
+            base = torch.empty(2, dtype=getattr(torch, dtype))
+            named[name] = base if aligned else base[1:]
+        elif kind == "i1":
+            named[name] = True
+        elif re.fullmatch(r"[iu](8|16|32)", kind):
+            named[name] = 16 if aligned else 17
+        elif re.fullmatch(r"[iu]64", kind):
+            named[name] = 2 ** 36 + (0 if aligned else 1)
+        elif kind == "fp32":
+            named[name] = 1.5
+        else:
+            raise CompileCheckError(f"{name}: no stand-in for {value!r}")
+    return named
+
+
 # -- reading -------------------------------------------------------------------
 
 def _bad(request, what):
@@ -357,10 +404,12 @@ def parse_request(request):
                         marks=None if attrs is not None else marks)
 
 
-def mismatch(request, entry, modules=None):
+def mismatch(request, entry, modules=None, full_names=None):
     """Why `request` cannot be the launch of `entry`'s winner (a
-    different kernel, a module not among `modules` when given, another
-    config's values or options), or None."""
+    different kernel: by its whole "module:qualname" where `full_names`
+    ({kernel name: "module:qualname"} of the tree's kernels) knows it, a
+    module not among `modules` when given, another config's values or
+    options), or None."""
     try:
         parsed = parse_request(request)
     except CompileCheckError as e:
@@ -373,6 +422,10 @@ def mismatch(request, entry, modules=None):
         refused = _unlisted(parsed, modules)
         if refused:
             return refused
+    known = (full_names or {}).get(entry.key.kernel)
+    if known is not None and parsed.kernel != known:
+        return (f"compile request names kernel {parsed.kernel}, the tree's "
+                f"{entry.key.kernel} is {known}")
     names = [name for name, _ in parsed.parameters]
     values = {names[path[0]]: value for path, value in parsed.constexprs}
     best = entry.best
@@ -633,8 +686,6 @@ def run_pool(function, tasks, jobs, done=None, apart=False):
     this process for one job; results in task order. done(index, result)
     is called as each finishes. apart: in a spawned process even for
     one job."""
-    import concurrent.futures
-    import multiprocessing
     results = [None] * len(tasks)
     if not tasks:
         return results
