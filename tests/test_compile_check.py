@@ -322,3 +322,16 @@ def _children(pid):
             if int(fields[1]) == pid:
                 found.append(int(name))
     return found
+
+
+def test_a_kernel_held_under_another_name_compiles():
+    """The compile check builds the kernel it was given, not whatever the
+    Python function's own name resolves to (`add_one_kernel =
+    triton.jit(add_one)`: `add_one` is a plain function)."""
+    from autotune.cli import doctor_kernel
+    [done] = compile_check.run_tasks([(
+        doctor_kernel.__name__, None, "add_one_kernel",
+        doctor_kernel.SIGNATURE,
+        {"kwargs": {"BLOCK": doctor_kernel.BLOCK}, "num_warps": 1,
+         "num_stages": 1}, ("sm_90", 90))], jobs=1, apart=True)
+    assert done["ok"], done

@@ -169,7 +169,7 @@ def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
                    maxnreg=maxnreg), target=GPUTarget(*gpu))
     except Exception as e:  # the launch would fail the same way
         return _failed(result, e, start)
-    built = compile_requests.build_record(record, gpu, None)
+    built = compile_requests.build_record(record, gpu, None, kernel=jit)
     built.target, built.kernel = result.target, result.kernel
     built.signature, built.config = result.signature, result.config
     return built

@@ -562,14 +562,16 @@ def _attributes(record, jit, target, modules):
     return _attributes(relaunched, jit, target, modules)
 
 
-def source_of(record, target, modules=None):
+def source_of(record, target, modules=None, kernel=None):
     """(ASTSource, options dict) that triton.compile takes for a
-    LaunchRecord on `target` (a GPUTarget)."""
+    LaunchRecord on `target` (a GPUTarget); kernel: the record's kernel
+    when the caller holds it (else resolved by name)."""
     from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
     from triton.runtime.jit import JITFunction
     try:
-        jit = unwrap.jit_function(_resolve(record.kernel, modules))
+        jit = unwrap.jit_function(kernel if kernel is not None else
+                                  _resolve(record.kernel, modules))
     except AutotuneError as e:
         raise CompileCheckError(f"{record.kernel}: {e}") from None
     if not isinstance(jit, JITFunction):
@@ -623,18 +625,19 @@ def build(task):
             os.environ["TRITON_INTERPRET"] = saved
 
 
-def build_record(record, target, modules):
+def build_record(record, target, modules, kernel=None):
     """A Result of building `record` (a LaunchRecord or a CompileRequest)
     for `target` (a GPUTarget tuple), resolving code among `modules`
-    (None: a record of this process's own launches)."""
+    (None: a record of this process's own launches); kernel: the
+    record's kernel when the caller holds it."""
     import triton
     from triton.backends.compiler import GPUTarget
     _quiet_fp_fusion_notice()
     limits = check_target(target)
     if isinstance(record, (tuple, list)):  # a CompileRequest, pickled
         record = CompileRequest(*record)
-    kernel = record.kernel.rpartition(":")[2]
-    result = Result(limits.name, kernel, "", "", ok=True)
+    result = Result(limits.name, record.kernel.rpartition(":")[2], "", "",
+                    ok=True)
     try:
         if isinstance(record, CompileRequest):
             request, record = record, parse_request(record)
@@ -643,7 +646,8 @@ def build_record(record, target, modules):
                                                 triton.__version__))
         result.config = record.config_text()
         result.signature = record.label
-        src, options = source_of(record, GPUTarget(*target), modules)
+        src, options = source_of(record, GPUTarget(*target), modules,
+                                 kernel)
     except CompileCheckError as e:  # no compile to time
         result.ok, result.failure, result.reason = \
             False, "COMPILE_ERROR", str(e)[:300]
