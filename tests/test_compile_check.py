@@ -335,3 +335,21 @@ def test_a_kernel_held_under_another_name_compiles():
         {"kwargs": {"BLOCK": doctor_kernel.BLOCK}, "num_warps": 1,
          "num_stages": 1}, ("sm_90", 90))], jobs=1, apart=True)
     assert done["ok"], done
+
+
+def test_a_request_for_a_kernel_bound_under_another_name_is_built(
+        tmp_path, monkeypatch):
+    """A request names the Python function (`add_one`); the module's kernel
+    made of it (`add_one_kernel`) is what is built."""
+    from autotune.measure import compile_requests
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    from autotune.records import CompileRequest
+    request = CompileRequest(
+        "autotune.cli.doctor_kernel:add_one", "x:*fp32: n:i32: BLOCK=16 "
+        '@attrs=[[[0],[]],[[1],[]],[[2],[]]]', "num_warps=1 num_stages=1",
+        triton.__version__)
+    [done] = compile_requests.run_pool(compile_requests.build, [(
+        request, ("cuda", 90, 32), ("autotune.cli.doctor_kernel",), ())],
+        1, apart=True)
+    assert done["ok"], done
+    assert done["config"] == "BLOCK=16 num_warps=1 num_stages=1", done

@@ -509,6 +509,20 @@ def _resolve(name, modules):
     return obj
 
 
+def _resolve_kernel(name, modules):
+    """The kernel "module:qualname" names: the object there, or when that
+    is the plain Python function (`add_one_kernel = triton.jit(add_one)`),
+    the module's kernel made of it."""
+    obj = _resolve(name, modules)
+    if getattr(obj, "fn", None) is None and callable(obj):
+        module = sys.modules.get(_parse_kernel(name)[0])
+        for value in vars(module).values():
+            if getattr(value, "fn", None) is not None and \
+                    unwrap.python_function(value) is obj:
+                return value
+    return obj
+
+
 def decode_value(value, modules):
     """A constexpr's JSON data as the launch's value (see encode_value)."""
     if isinstance(value, dict) and set(value) == {"jit"}:
@@ -571,7 +585,7 @@ def source_of(record, target, modules=None, kernel=None):
     from triton.runtime.jit import JITFunction
     try:
         jit = unwrap.jit_function(kernel if kernel is not None else
-                                  _resolve(record.kernel, modules))
+                                  _resolve_kernel(record.kernel, modules))
     except AutotuneError as e:
         raise CompileCheckError(f"{record.kernel}: {e}") from None
     if not isinstance(jit, JITFunction):
