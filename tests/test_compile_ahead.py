@@ -158,7 +158,7 @@ def _maxnreg_keys(record):
     ahead = list(record)
     record.clear()
     tuner.kernel[grid](*args, **kwargs, **capped.all_kwargs())
-    return {"option": plan.to_compile[0].options.get("maxnreg"),
+    return {"option": plan.to_compile[0].record.options.get("maxnreg"),
             "launch_found": sum(k in ahead for k in record),
             "launches": len(record),
             "checker_config": compile_check._config_dict(capped)["maxnreg"]}
@@ -270,8 +270,88 @@ def test_launch_finds_every_binary_the_pool_wrote(tmp_path):
         assert row["new_cache_entries_after_launch"] == 0, (name, row)
 
 
+# -- a fresh dump's requests, built and served ---------------------------------
+
+def _env(**extra):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [ROOT, os.path.join(ROOT, "tests")]))
+    for name in ("AUTOTUNE_FLAGS", "TRITON_CACHE_DIR", "TRITON_HOME",
+                 "TRITON_CACHE_MANAGER", "TEST_TMPDIR", "TRITON_INTERPRET"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+def child_served(dump):
+    """With an sm_90 driver stand-in: the launches of a load run given the
+    compiled directory (AUTOTUNE_FLAGS), and how many were served."""
+    sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+    import autotune
+    from autotune.measure import backends, triton_cache
+    from gpu_standin import count_launch_compiles, stand_in_gpu_backend
+    launches = count_launch_compiles()
+    autotune.configure(backend=stand_in_gpu_backend(),
+                       load_autotune_results_from=[dump],
+                       require_complete_autotune_results=True)
+    backends.interpreter_selected = lambda: True
+    import compile_check_kernels as ck
+    ck.scale_launches()
+    return {"launch_compiles": len(launches),
+            "served": triton_cache.ServedCounts.served,
+            "missed": triton_cache.ServedCounts.missed}
+
+
+def dump_build_and_serve(tmp):
+    """A dump of compile_check_kernels.scale_kernel on the interpreter,
+    `autotune_cache compile` of it for sm_90, and a load run with an sm_90
+    driver stand-in given the directory: (compile's output, served)."""
+    dump = os.path.join(tmp, "scale.textproto")
+    run = subprocess.run(
+        [sys.executable, "-c", "import autotune, compile_check_kernels as "
+         "ck; ck.scale_launches()"], cwd=ROOT, capture_output=True,
+        text=True, env=_env(AUTOTUNE_FLAGS="--dump_autotune_results_to="
+                            + dump))
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = os.path.join(tmp, "kernels")
+    run = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "autotune_cache.py"),
+         "compile", dump, "--target", "sm_90", "-o", out, "--jobs", "1",
+         "--kernel_module", "compile_check_kernels",
+         "--triton_env", "TRITON_DEFAULT_FP_FUSION=1"], cwd=ROOT,
+        capture_output=True, text=True, env=_env())
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    served = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "served", dump],
+        cwd=ROOT, capture_output=True, text=True,
+        env=_env(TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1",
+                 TEST_TMPDIR=tmp,
+                 AUTOTUNE_FLAGS=f"--autotune_compiled_kernels={out}"))
+    assert served.returncode == 0, served.stderr[-3000:]
+    return run.stdout, json.loads(served.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_every_launch_of_a_fresh_dump_is_served(tmp_path):
+    """Integer and string constexprs, under whichever Triton runs the
+    tests (its own attribute entries are recorded and built): every
+    launch's compile is served from the built directory."""
+    stdout, out = dump_build_and_serve(str(tmp_path))
+    print(stdout, json.dumps(out))
+    from autotune import codec
+    requests = {r for e in codec.load_results(
+        str(tmp_path / "scale.textproto")) for r in e.compile_requests}
+    assert len(requests) >= 2, requests
+    assert f"{len(requests)} of {len(requests)} binaries built for sm_90" \
+        in stdout, stdout
+    # A launch compiles each distinct binary once: every one served.
+    assert out == {"launch_compiles": len(requests),
+                   "served": len(requests), "missed": 0}, out
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "keys":
+    if sys.argv[1] == "served":
+        print(json.dumps(child_served(sys.argv[2])))
+    elif sys.argv[1] == "keys":
         print(json.dumps(child_keys()))
     elif sys.argv[1] == "real":
         print(json.dumps(child_real(sys.argv[2])))

@@ -112,3 +112,244 @@ def test_bad_targets_are_one_line_errors(text):
 def test_targets_parse():
     assert [t.name for t in compile_check.parse_targets("sm_90, sm80")] == \
         ["sm_90", "sm_80"]
+
+
+# -- compile requests from a cache: nothing imported that the command line
+# did not name, one line for each malformed one, workers that die with
+# their parent ---------------------------------------------------------------
+
+TESTS = os.path.join(ROOT, "tests")
+
+
+def _env(**extra):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]))
+    for name in ("AUTOTUNE_FLAGS", "TRITON_CACHE_DIR", "TRITON_HOME",
+                 "TRITON_CACHE_MANAGER", "TEST_TMPDIR", "TRITON_INTERPRET"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def scale_dump(tmp_path_factory):
+    """compile_check_kernels.scale_kernel tuned and dumped on the
+    interpreter: its entries with this Triton's compile requests."""
+    dump = tmp_path_factory.mktemp("dump") / "scale.textproto"
+    run = subprocess.run(
+        [sys.executable, "-c", "import autotune, compile_check_kernels as "
+         "ck; ck.scale_launches()"], cwd=ROOT, capture_output=True,
+        text=True, env=_env(AUTOTUNE_FLAGS=f"--dump_autotune_results_to="
+                            f"{dump}"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return dump.read_text()
+
+
+SIDE_EFFECT = """import os
+open(os.path.join(os.path.dirname(__file__), "IMPORTED"), "w").close()
+print("side effect ran")
+
+def scale_kernel():
+    pass
+
+def f():
+    pass
+"""
+
+
+def _compile(tmp_path, text, *extra):
+    """`autotune_cache compile` of `text` as a cache, the kernel module
+    named, a module with an import-time side effect beside it."""
+    (tmp_path / "side_effect.py").write_text(SIDE_EFFECT)
+    cache = tmp_path / "cache.textproto"
+    cache.write_text(text)
+    out = tmp_path / "kernels"
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "autotune_cache.py"),
+         "compile", str(cache), "--target", "sm_90", "-o", str(out),
+         "--jobs", "1", "--import_path", str(tmp_path),
+         "--kernel_module", "compile_check_kernels", *extra],
+        cwd=ROOT, capture_output=True, text=True, env=_env())
+
+
+def _first_request(text, old, new):
+    """`text` with `old` replaced by `new` in its first compile request."""
+    start = text.index("  compile_requests {")
+    end = text.index("\n", start)
+    line = text[start:end]
+    assert old in line, line
+    return text[:start] + line.replace(old, new, 1) + text[end:]
+
+
+KERNEL = "compile_check_kernels:scale_kernel"
+
+
+@pytest.mark.parametrize("old,new,said", [
+    (KERNEL, "side_effect:scale_kernel",
+     "names side_effect:scale_kernel, whose module is not among the kernel "
+     "modules (compile_check_kernels): not imported"),
+    (KERNEL, "this:scale_kernel",
+     "names this:scale_kernel, whose module is not among the kernel "
+     "modules (compile_check_kernels): not imported"),
+    ('MODE=\\"relu\\"', 'MODE={\\"jit\\":\\"side_effect:f\\"}',
+     "names side_effect:f, whose module is not among the kernel modules"),
+    (KERNEL, "..tiny_kernels:scale_kernel",
+     "compile request kernel '..tiny_kernels:scale_kernel': expected "
+     "module:qualname (dotted Python names)"),
+    (":*fp32:", ":*fp999:", "'*fp999' is not a Triton type"),
+])
+def test_a_request_is_refused_in_one_line_with_nothing_imported(
+        scale_dump, tmp_path, old, new, said):
+    run = _compile(tmp_path, _first_request(scale_dump, old, new))
+    output = run.stdout + run.stderr
+    assert "Traceback" not in output, output
+    assert not (tmp_path / "IMPORTED").exists(), output
+    assert "side effect ran" not in output and "Beautiful is" not in output
+    refused = [line for line in run.stdout.splitlines()
+               if line.startswith("compile: refused a request of "
+                                  "scale_kernel")]
+    assert len(refused) == 1 and said in refused[0], run.stdout
+    assert "1 request(s) refused" in run.stdout, run.stdout
+    # The other requests are built.
+    assert run.returncode == 0, output
+
+
+def test_verify_with_kernel_modules_flags_a_request_naming_another_module(
+        scale_dump, tmp_path):
+    cache = tmp_path / "cache.textproto"
+    cache.write_text(_first_request(scale_dump, KERNEL,
+                                    "side_effect:scale_kernel"))
+    (tmp_path / "side_effect.py").write_text(SIDE_EFFECT)
+    run = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "autotune_cache.py"),
+         "verify", str(cache), "--kernel_module", "compile_check_kernels"],
+        cwd=str(tmp_path), capture_output=True, text=True, env=_env())
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "names side_effect:scale_kernel, whose module is not among the " \
+        "kernel modules (compile_check_kernels)" in run.stdout, run.stdout
+    assert not (tmp_path / "IMPORTED").exists()
+
+
+def test_mismatch_compares_the_whole_name():
+    from autotune.measure import compile_requests
+    from autotune.records import CompileRequest
+
+    class Entry:
+        class key:
+            kernel = "scale_kernel"
+
+    request = CompileRequest("compile_check_kernels:Other.scale_kernel",
+                             "x:*fp32:D", "num_warps=4", "3.9.0")
+    assert "names kernel Other.scale_kernel, the entry is for " \
+        "scale_kernel" in compile_requests.mismatch(request, Entry)
+    # The tree knows the kernel's module: a request naming another one,
+    # with the same last part, is not its launch.
+    request = CompileRequest("other_kernels:scale_kernel", "x:*fp32:D",
+                             "num_warps=4", "3.9.0")
+    assert compile_requests.mismatch(
+        request, Entry, full_names={
+            "scale_kernel": "compile_check_kernels:scale_kernel"}) == (
+        "compile request names kernel other_kernels:scale_kernel, the "
+        "tree's scale_kernel is compile_check_kernels:scale_kernel")
+
+
+def test_a_request_of_another_triton_version_is_refused_naming_both(
+        scale_dump, tmp_path):
+    # Tuned and recorded under a Triton that is not this one.
+    other = scale_dump.replace(f'"{triton.__version__}"', '"3.5.0"')
+    run = _compile(tmp_path, other)
+    assert run.returncode == 0, run.stdout + run.stderr
+    refused = [line for line in run.stdout.splitlines()
+               if line.startswith("compile: refused")]
+    assert refused and all(
+        f"recorded by Triton 3.5.0, this is Triton {triton.__version__}"
+        in line for line in refused), run.stdout
+    assert "0 of 0 binaries built" in run.stdout
+    assert f"{len(refused)} request(s) refused" in run.stdout
+
+
+def test_progress_lines_name_the_fusion_and_the_config(scale_dump, tmp_path):
+    run = _compile(tmp_path, scale_dump)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [line for line in run.stderr.splitlines()
+             if line.startswith("compile: [")]
+    assert len(lines) >= 2 and len(set(
+        line.rpartition(":")[0] for line in lines)) == len(lines), lines
+    for line in lines:
+        assert "scale_kernel [n=" in line and "BLOCK=" in line and \
+            "SCALE=3 MODE=relu" in line and "num_warps=" in line, line
+
+
+def test_pool_workers_die_with_their_parent():
+    """A compile killed with SIGKILL leaves no worker behind."""
+    import signal
+    import time
+
+    from tests_support import process_alive
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import time\n"
+         "from autotune.measure import compile_requests\n"
+         "compile_requests.run_pool(time.sleep, [120, 120], 2)"],
+        cwd=ROOT, env=_env())
+    try:
+        deadline = time.monotonic() + 60
+        workers = []
+        while len(workers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            workers = _children(parent.pid)
+        # The pool's two workers (and multiprocessing's resource tracker).
+        assert len(workers) >= 2, workers
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(map(process_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = [pid for pid in workers if process_alive(pid)]
+    for pid in alive:  # the test's own leftovers
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, alive
+
+
+def _children(pid):
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(name))
+    return found
+
+
+def test_a_kernel_held_under_another_name_compiles():
+    """The compile check builds the kernel it was given, not whatever the
+    Python function's own name resolves to (`add_one_kernel =
+    triton.jit(add_one)`: `add_one` is a plain function)."""
+    from autotune.cli import doctor_kernel
+    [done] = compile_check.run_tasks([(
+        doctor_kernel.__name__, None, "add_one_kernel",
+        doctor_kernel.SIGNATURE,
+        {"kwargs": {"BLOCK": doctor_kernel.BLOCK}, "num_warps": 1,
+         "num_stages": 1}, ("sm_90", 90))], jobs=1, apart=True)
+    assert done["ok"], done
+
+
+def test_a_request_for_a_kernel_bound_under_another_name_is_built(
+        tmp_path, monkeypatch):
+    """A request names the Python function (`add_one`); the module's kernel
+    made of it (`add_one_kernel`) is what is built."""
+    from autotune.measure import compile_requests
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    from autotune.records import CompileRequest
+    request = CompileRequest(
+        "autotune.cli.doctor_kernel:add_one", "x:*fp32: n:i32: BLOCK=16 "
+        '@attrs=[[[0],[]],[[1],[]],[[2],[]]]', "num_warps=1 num_stages=1",
+        triton.__version__)
+    [done] = compile_requests.run_pool(compile_requests.build, [(
+        request, ("cuda", 90, 32), ("autotune.cli.doctor_kernel",), ())],
+        1, apart=True)
+    assert done["ok"], done
+    assert done["config"] == "BLOCK=16 num_warps=1 num_stages=1", done

@@ -432,6 +432,9 @@ def verify_verdict(stale, outdated, other, unmeasured=0,
 def cmd_verify(args):
     tuners = tree_autotuners(args.kernel_module) if args.kernel_module \
         else None
+    modules = tuple(args.kernel_module)
+    full_names = {name: f"{t.base_fn.__module__}:{t.base_fn.__qualname__}"
+                  for name, t in (tuners or {}).items()}
     known = None if tuners is None else {
         name: tuner.fingerprint for name, tuner in tuners.items()}
     findings = 0
@@ -482,7 +485,11 @@ def cmd_verify(args):
                         f" on {entry.key.device}: {never} offered config(s) "
                         "never measured"))
             for request in entry.compile_requests:
-                reason = compile_requests.mismatch(request, entry)
+                # With --kernel_module, a request naming code elsewhere
+                # is a finding (`compile` refuses it).
+                reason = compile_requests.mismatch(
+                    request, entry, modules if args.kernel_module else None,
+                    full_names)
                 if reason:
                     problems.append("compile request does not describe the "
                                     f"winner: {reason}")

@@ -8,7 +8,9 @@ Triton's cache layout (exactly the files the JIT writes), with a manifest.
 
 Entries tuned on a GPU are built for their own architecture (when it is
 among the targets); entries tuned on the interpreter for every target.
-Entries without a request are counted and named. A config over the
+Entries without a request are counted and named, and so are requests
+refused: recorded by another Triton version, or naming code outside the
+--kernel_module modules (nothing a cache names is imported). A config over the
 target's limits is reported as the compile check reports it. The build
 sees only the Triton cache-invalidating variables given with
 --triton_env (Triton's keys hold which are set, so the tests that load
@@ -18,10 +20,8 @@ A test process serves DIR with --autotune_compiled_kernels=DIR
 (autotune/measure/triton_cache.py). DIR is code: build it only from
 caches you trust, and load it only from builds you trust.
 """
-import concurrent.futures
 import dataclasses
 import json
-import multiprocessing
 import os
 import re
 import shutil
@@ -31,9 +31,8 @@ import time
 from autotune import log as logs
 from autotune.cache.io import read_cache
 from autotune.errors import CompileCheckError, ToolError
-from autotune.measure import compile_check, compile_requests, triton_cache
 from autotune.log import printable
-from autotune.records import CompileRequest
+from autotune.measure import compile_check, compile_requests, triton_cache
 
 _log = logs.get("cache")
 
@@ -50,8 +49,13 @@ def add_subcommand(sub):
                    "absent)")
     p.add_argument("--kernel_module", action="append", default=[],
                    metavar="MODULE",
-                   help="import this module first (modules of the recorded "
-                   "kernels are imported anyway); may be repeated")
+                   help="a module whose kernels the requests may name "
+                   "(imported first; a request naming any other module is "
+                   "refused); may be repeated")
+    p.add_argument("--allowed_module", action="append", default=[],
+                   metavar="MODULE",
+                   help="a module the requests may name, imported only when "
+                   "one does (the macro's deps); may be repeated")
     p.add_argument("--import_path", action="append", default=[],
                    metavar="DIR", help="add to the module search path; may "
                    "be repeated")
@@ -79,7 +83,9 @@ class Plan:
     mismatched: list     # (entry, reason)
 
 
-def plan(entries, targets):
+def plan(entries, targets, modules=None, triton_version=None):
+    """What to build; a request naming code outside `modules`, or
+    recorded by another Triton than `triton_version`, is refused."""
     tasks, without, other, mismatched = [], [], [], []
     seen = set()
     for entry in entries:
@@ -94,50 +100,26 @@ def plan(entries, targets):
             other.append((entry, arch))
             continue
         for request in requests:
-            problem = compile_requests.mismatch(request, entry)
+            problem = compile_requests.mismatch(request, entry, modules)
+            if problem is None and triton_version is not None:
+                problem = compile_requests.refusal(request, modules or (),
+                                                   triton_version)
             if problem:
                 mismatched.append((entry, problem))
                 continue
             for target in chosen:
                 if (request, target) not in seen:
                     seen.add((request, target))
-                    tasks.append((request, target))
+                    tasks.append((request, target, entry.key.signature))
     return Plan(tasks, without, other, mismatched)
 
 
 def _build(task):
-    """In a worker process: one request for one target; a Result dict."""
-    request, target, import_paths = task
-    for path in reversed(import_paths):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    os.environ["TRITON_INTERPRET"] = "0"
-    compile_check._quiet_fp_fusion_notice()
-    import triton
+    """In a worker (or this process for one job): one task of
+    compile_requests.build, with the source file names of the line info
+    made relative (_relative_source_names)."""
     _relative_source_names()
-    from triton.backends.compiler import GPUTarget
-    request = CompileRequest(*request)
-    target = compile_check.Target(*target)
-    result = compile_check.Result(
-        target.name, request.kernel.rpartition(":")[2],
-        request.arguments, request.options, ok=True)
-    try:
-        # Parsed first: a malformed request is no compile to time.
-        src, options = compile_requests.build_source(
-            request, GPUTarget("cuda", target.capability, 32))
-    except CompileCheckError as e:
-        result.ok, result.failure, result.reason = False, "COMPILE_ERROR", \
-            str(e)[:300]
-        return dataclasses.asdict(result)
-    start = time.perf_counter()
-    try:
-        compiled = triton.compile(
-            src, target=GPUTarget("cuda", target.capability, 32),
-            options=options)
-    except Exception as e:  # Triton's compile errors, classified
-        return dataclasses.asdict(compile_check._failed(result, e, start))
-    return dataclasses.asdict(compile_check.checked(
-        result, compiled, target, options.get("num_warps", 4), start))
+    return compile_requests.build(task)
 
 
 # Set for every build: only the binary and its metadata are kept (the
@@ -309,23 +291,24 @@ def cmd_compile(args):
     entries = []
     for path in args.caches:
         entries += read_cache(path, parse_all=True)
-    work = plan(entries, targets)
     import_paths = [os.path.abspath(p) for p in args.import_path]
     for path in reversed(import_paths):
         sys.path.insert(0, path)
     triton_env = _given_triton_env(args.triton_env)
     out, lock = _claim_output(args.output)
     try:
-        return _compile_into(args, out, targets, entries, work, import_paths,
+        return _compile_into(args, out, targets, entries, import_paths,
                              triton_env)
     finally:
         if os.path.lexists(lock):
             os.unlink(lock)
 
 
-def _compile_into(args, out, targets, entries, work, import_paths,
-                  triton_env):
+def _compile_into(args, out, targets, entries, import_paths, triton_env):
     env = _set_build_environment(out, triton_env)
+    import triton
+    modules = tuple(dict.fromkeys(args.kernel_module + args.allowed_module))
+    work = plan(entries, targets, modules, triton.__version__)
     for module in args.kernel_module:
         try:
             __import__(module)
@@ -333,8 +316,8 @@ def _compile_into(args, out, targets, entries, work, import_paths,
             raise ToolError(f"compile: --kernel_module {module}: {e}") \
                 from None
     jobs = args.jobs or min(8, os.cpu_count() or 1)
-    tasks = [(tuple(r), dataclasses.astuple(t), import_paths)
-             for r, t in work.tasks]
+    tasks = [(tuple(r), ("cuda", t.capability, 32), modules, import_paths,
+              label) for r, t, label in work.tasks]
     start = time.perf_counter()
     results = _run(tasks, jobs)
     wall = time.perf_counter() - start
@@ -351,7 +334,7 @@ def _compile_into(args, out, targets, entries, work, import_paths,
                         f"[{entry.key.signature}]: tuned on sm_{arch}, not "
                         f"among --target {args.target}"))
     for entry, reason in work.mismatched:
-        print(printable(f"compile: skipped a request of {entry.key.kernel} "
+        print(printable(f"compile: refused a request of {entry.key.kernel} "
                         f"[{entry.key.signature}]: {reason}"))
     normalise_tree(out)
     # No timings, paths or dates: the same inputs give the same bytes.
@@ -370,37 +353,27 @@ def _compile_into(args, out, targets, entries, work, import_paths,
           f"{wall:.1f} s ({jobs} job(s); "
           f"{sum(r['seconds'] for r in results):.1f} s compiling) into "
           f"{args.output}; {len(work.without)} of {len(entries)} entries "
-          "without a compile request")
+          "without a compile request"
+          + (f"; {len(work.mismatched)} request(s) refused"
+             if work.mismatched else ""))
     return 1 if failed else 0
 
 
 def _run(tasks, jobs):
     """Builds in `jobs` spawned processes (they start with the environment
-    set above), logging progress as each finishes; results in task
-    order."""
-    if not tasks:
-        return []
-    results = [None] * len(tasks)
+    set above, and die with this one), logging progress as each finishes:
+    the fusion and the config, so that no two lines read alike; results
+    in task order."""
     done = 0
 
     def finished(i, result):
         nonlocal done
         done += 1
-        results[i] = result
         _log.info(printable(
             f"compile: [{done}/{len(tasks)}] {result['target']} "
-            f"{result['kernel']} {result['config']}: "
+            f"{result['kernel']} [{result['signature']}] "
+            f"{result['config']}: "
             + (f"{result['seconds']:.1f} s" if result["ok"]
                else result["failure"])))
-    if jobs <= 1 or len(tasks) == 1:
-        for i, task in enumerate(tasks):
-            finished(i, _build(task))
-        return results
-    ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(
-            max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-        futures = {pool.submit(_build, task): i
-                   for i, task in enumerate(tasks)}
-        for future in concurrent.futures.as_completed(futures):
-            finished(futures[future], future.result())
-    return results
+    return compile_requests.run_pool(_build, tasks, jobs,
+                                     done=finished)

@@ -18,47 +18,26 @@ process where TRITON_INTERPRET=0 was set before anything imported Triton
 (the command line does that; tuning with --autotune_compile_check asks a
 child process, see Checker).
 """
-import concurrent.futures
 import dataclasses
 import importlib
-import inspect
 import json
 import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 from autotune import keys, unwrap
 from autotune.errors import AutotuneError, CompileCheckError
-
-# Per compute capability: dynamic shared memory per block (the opt-in
-# maximum, which Triton requests), registers per block, threads per block.
-# From the CUDA programming guide's table of compute capabilities.
-_SHARED_OPTIN = {70: 98304, 72: 98304, 75: 65536, 80: 166912, 86: 101376,
-                 87: 166912, 89: 101376, 90: 232448, 100: 232448,
-                 120: 101376}
-REGISTERS_PER_BLOCK = 65536
-THREADS_PER_BLOCK = 1024
-
-_TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
-                    "float64": "fp64", "int8": "i8", "int16": "i16",
-                    "int32": "i32", "int64": "i64", "uint8": "u8",
-                    "bool": "i1", "float8_e4m3fn": "fp8e4nv",
-                    "float8_e5m2": "fp8e5"}
-
-
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    name: str          # sm_90
-    capability: int    # 90
-
-    @property
-    def shared_limit(self):
-        return _SHARED_OPTIN.get(self.capability, 49152)
+from autotune.measure import compile_requests
+from autotune.measure.compile_requests import (_TORCH_TO_TRITON,
+                                               stand_in_arguments)
+# The compile's result and the target's limits, named here as before.
+from autotune.measure.compile_results import (  # noqa: F401
+    _SHARED_OPTIN, REGISTERS_PER_BLOCK, THREADS_PER_BLOCK, Result, Target,
+    _failed, _quiet_fp_fusion_notice, _tool, apply_limits, checked,
+    resource_usage)
+from autotune.records import Config
 
 
 def parse_targets(text):
@@ -80,21 +59,6 @@ def parse_targets(text):
     if not targets:
         raise CompileCheckError("compile check: no target given")
     return targets
-
-
-@dataclasses.dataclass
-class Result:
-    target: str
-    kernel: str
-    signature: str
-    config: str
-    ok: bool
-    failure: str = "NONE"      # COMPILE_ERROR or OUT_OF_RESOURCES
-    reason: str = ""
-    shared: int = 0
-    registers: int = 0
-    stack: int = 0
-    seconds: float = 0.0
 
 
 # -- signatures --------------------------------------------------------------
@@ -155,27 +119,6 @@ def describe(signature):
 
 # -- compiling ---------------------------------------------------------------
 
-def _tool(name):
-    import triton
-    path = os.path.join(os.path.dirname(triton.__file__), "backends",
-                        "nvidia", "bin", name)
-    return path if os.path.exists(path) else None
-
-
-def resource_usage(cubin):
-    """(registers, stack bytes) of a cubin, from the wheel's cuobjdump."""
-    tool = _tool("cuobjdump")
-    if tool is None:
-        return 0, 0
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([tool, "--dump-resource-usage", f.name],
-                             capture_output=True, text=True).stdout
-    m = re.search(r"REG:(\d+)\s+STACK:(\d+)", out)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
 def _jit_function(fn):
     from triton.runtime.jit import JITFunction
     try:
@@ -190,132 +133,46 @@ def _jit_function(fn):
         "under the interpreter cannot be compiled for a GPU)")
 
 
-def _failed(result, exc, start):
-    """`result` as a failed compile: the failure classified as the runtime
-    classifies it (a compile's runtime error is a compile error), the
-    reason the exception's last line."""
-    from autotune.measure import backends  # loads torch: only on a failure
-    result.ok = False
-    result.failure = backends.classify_failure(exc)
-    if result.failure == "RUNTIME_ERROR":
-        result.failure = "COMPILE_ERROR"
-    lines = [ln.strip() for ln in str(exc).strip().splitlines()
-             if ln.strip()]
-    result.reason = (f"{type(exc).__name__}: "
-                     + (lines[-1] if lines else ""))[:200]
-    result.seconds = round(time.perf_counter() - start, 3)
-    return result
+def _launched(kernel):
+    """The layer a launch goes through: triton.heuristics around the
+    JITFunction, or the JITFunction (under this project's autotuner)."""
+    from triton.runtime.autotuner import Heuristics
+    from triton.runtime.jit import JITFunction
+    for layer in unwrap.layers(kernel):
+        if isinstance(layer, (Heuristics, JITFunction)):
+            return layer
+    return _jit_function(kernel)
 
 
 def compile_one(kernel, signature, config_kwargs, num_warps, num_stages,
                 num_ctas, target, maxnreg=None):
-    """Compiles one config for `target`; returns a Result."""
-    import triton
+    """Compiles one config for `target`; returns a Result. What is compiled
+    is what Triton's launcher computes for arguments of `signature`
+    (compile_requests.record_for_launch over stand-in arguments)."""
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     jit = _jit_function(kernel)
     fn = jit.fn
-    params = inspect.signature(fn).parameters
-    full = dict(signature)
-    full.update(config_kwargs)
-    consts = set(keys.constexpr_names(fn))
-    types, constexprs, attrs = {}, {}, {}
-    for index, name in enumerate(jit.arg_names):
-        value = full.get(name)
-        if name not in consts and isinstance(value, int) and \
-                not isinstance(value, bool):
-            # An integer argument given as a value: specialised, as
-            # Triton's launcher specialises an argument equal to 1 (a unit
-            # stride), which decides vectorised and pipelined loads.
-            types[name] = "constexpr"
-            constexprs[name] = value
-        elif name not in consts and isinstance(value, str) and \
-                value.endswith(":16"):
-            # "*bf16:16", "i32:16": divisible by 16, as the launcher marks
-            # pointers and integers that are.
-            types[name] = value[:-3]
-            attrs[(index,)] = [["tt.divisibility", 16]]
-        elif name not in consts and isinstance(value, str) and \
-                re.fullmatch(r"\*.+|[iu]\d+", value) and value != "i1":
-            # A pointer or integer not divisible by 16: the launcher still
-            # gives it an (empty) attribute entry, part of the source hash.
-            types[name] = value
-            attrs[(index,)] = []
-        elif name not in consts and name in full and value is None:
-            types[name] = "constexpr"  # None arguments are constants
-            constexprs[name] = None
-        elif name in consts:
-            types[name] = "constexpr"
-            if name in full:
-                constexprs[name] = full[name]
-            elif params[name].default is not inspect.Parameter.empty:
-                constexprs[name] = params[name].default
-            else:
-                raise CompileCheckError(f"{fn.__name__}: no value for "
-                                        f"constexpr {name}")
-        elif name in full:
-            types[name] = full[name]
-        else:
-            raise CompileCheckError(f"{fn.__name__}: no type for argument "
-                                    f"{name}")
     config_text = " ".join(f"{k}={v}" for k, v in config_kwargs.items()) + \
         f" warps={num_warps} stages={num_stages}" + \
         (f" maxnreg={maxnreg}" if maxnreg is not None else "")
     result = Result(target.name, fn.__name__, describe(signature),
                     config_text, ok=True)
+    gpu = ("cuda", target.capability, 32)
     start = time.perf_counter()
     try:
-        options = {"num_warps": num_warps, "num_stages": num_stages}
-        if num_ctas != 1:
-            options["num_ctas"] = num_ctas
-        if maxnreg is not None:
-            options["maxnreg"] = maxnreg
-        compiled = triton.compile(
-            ASTSource(jit, types, constexprs=constexprs, attrs=attrs),
-            target=GPUTarget("cuda", target.capability, 32), options=options)
-    except Exception as e:
+        named = stand_in_arguments(fn, {k: v for k, v in signature.items()
+                                        if k not in config_kwargs})
+        record = compile_requests.record_for_launch(
+            _launched(kernel), named,
+            Config(dict(config_kwargs), num_warps, num_stages, num_ctas,
+                   maxnreg=maxnreg), target=GPUTarget(*gpu))
+    except Exception as e:  # the launch would fail the same way
         return _failed(result, e, start)
-    return checked(result, compiled, target, num_warps, start)
-
-
-def checked(result, compiled, target, num_warps, start):
-    """`result` of a compile that succeeded: its shared memory, registers
-    and stack, its seconds since `start`, held against the target's
-    limits (apply_limits)."""
-    result.shared = int(getattr(compiled.metadata, "shared", 0) or 0)
-    result.registers, result.stack = resource_usage(
-        compiled.asm.get("cubin", b""))
-    result.seconds = round(time.perf_counter() - start, 3)
-    return apply_limits(result, target, num_warps)
-
-
-def apply_limits(result, target, num_warps, shared_limit=None):
-    """Marks a compiled config OUT_OF_RESOURCES when it needs more than the
-    target has per block: what a launch there would refuse."""
-    shared_limit = shared_limit or target.shared_limit
-    threads = num_warps * 32
-    problems = []
-    if result.shared > shared_limit:
-        problems.append(f"shared memory {result.shared} B > "
-                        f"{shared_limit} B per block")
-    if threads > THREADS_PER_BLOCK:
-        problems.append(f"{threads} threads > {THREADS_PER_BLOCK} per block")
-    if result.registers * threads > REGISTERS_PER_BLOCK:
-        problems.append(f"{result.registers} registers x {threads} threads > "
-                        f"{REGISTERS_PER_BLOCK} per block")
-    if problems:
-        result.ok = False
-        result.failure = "OUT_OF_RESOURCES"
-        result.reason = "; ".join(problems)
-    return result
-
-
-def _quiet_fp_fusion_notice():
-    # Triton 3.9 warns on every compile that TRITON_DEFAULT_FP_FUSION is
-    # unset; the check compiles with whatever default a launch would use.
-    import warnings
-    warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
+    built = compile_requests.build_record(record, gpu, None, kernel=jit)
+    built.target, built.kernel = result.target, result.kernel
+    built.signature, built.config = result.signature, result.config
+    return built
 
 
 def _compile_task(task):
@@ -359,34 +216,13 @@ def load_kernel(module_name, kernel_name, file_name=None):
 
 
 def run_tasks(tasks, jobs, apart=False):
-    """Compiles tasks (see _compile_task), in `jobs` processes when > 1.
-    Results in task order. apart: in a spawned process even for one job,
-    a compile this process's Triton state cannot touch (Triton's
-    interpreter, once it ran kernels here, can break a later fresh
-    compile in the same process)."""
-    if apart:
-        return _run_in_pool(_compile_task, tasks, max(1, jobs))
-    if jobs <= 1 or len(tasks) <= 1:
-        return [_compile_task(t) for t in tasks]
-    return _run_in_pool(_compile_task, tasks, jobs)
-
-
-def _run_in_pool(function, tasks, jobs):
-    """function over tasks in min(jobs, len(tasks)) spawned processes
-    that start with TRITON_INTERPRET=0."""
-    import multiprocessing
-    ctx = multiprocessing.get_context("spawn")
-    env_before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"  # the spawned workers start so
-    try:
-        with concurrent.futures.ProcessPoolExecutor(
-                max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-            return list(pool.map(function, tasks))
-    finally:
-        if env_before is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = env_before
+    """Compiles tasks (see _compile_task), in `jobs` processes when > 1
+    (the one pool, compile_requests.run_pool). Results in task order.
+    apart: in a spawned process even for one job, a compile this
+    process's Triton state cannot touch (Triton's interpreter, once it ran
+    kernels here, can break a later fresh compile in the same process)."""
+    return compile_requests.run_pool(_compile_task, tasks, max(1, jobs),
+                                     apart=apart)
 
 
 # -- compiling ahead of a launch ------------------------------------------------
@@ -416,10 +252,7 @@ MIN_CONFIGS_FOR_POOL = 4
 class LaunchCompile:
     """What launching `config` would hand Triton's compiler."""
     config: object
-    signature: dict
-    constexprs: dict
-    attrs: dict
-    options: dict
+    record: object         # compile_requests.LaunchRecord
     target: tuple          # GPUTarget's (backend, arch, warp_size)
     on_disk: bool = False  # the on-disk cache holds the binary already
 
@@ -448,31 +281,7 @@ class AheadPlan:
         return None
 
 
-def _encode_constexpr(value):
-    """A constexpr value a spawned process can rebuild: a JIT function (an
-    activation passed as a constexpr, say) by module and qualified name."""
-    from triton.runtime.jit import JITFunction
-    if isinstance(value, JITFunction):
-        return ("__jit_function__", value.fn.__module__,
-                value.fn.__qualname__)
-    if isinstance(value, tuple):
-        return tuple(_encode_constexpr(v) for v in value)
-    return value
-
-
-def _decode_constexpr(value):
-    if isinstance(value, tuple) and len(value) == 3 and \
-            value[0] == "__jit_function__":
-        obj = importlib.import_module(value[1])
-        for part in value[2].split("."):
-            obj = getattr(obj, part)
-        return obj
-    if isinstance(value, tuple):
-        return tuple(_decode_constexpr(v) for v in value)
-    return value
-
-
-def _on_disk(jit, request):
+def _on_disk(request):
     """Whether Triton's on-disk cache holds this compile already (the
     lookup triton.compile starts with); False when it cannot tell."""
     try:
@@ -480,15 +289,13 @@ def _on_disk(jit, request):
 
         from triton._C.libtriton import get_cache_invalidating_env_vars
         from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
         from triton.compiler.compiler import make_backend
         from triton.runtime.cache import get_cache_key, get_cache_manager
-        src = ASTSource(jit, request.signature, request.constexprs,
-                        request.attrs)
-        backend = make_backend(GPUTarget(*request.target))
-        options = backend.parse_options(dict(request.options,
-                                             **src.parse_options()))
-        key = get_cache_key(src, backend, options,
+
+        target = GPUTarget(*request.target)
+        src, options = compile_requests.source_of(request.record, target)
+        backend = make_backend(target)
+        key = get_cache_key(src, backend, backend.parse_options(options),
                             env_vars=get_cache_invalidating_env_vars())
         manager = get_cache_manager(
             hashlib.sha256(key.encode("utf-8")).hexdigest())
@@ -504,7 +311,9 @@ def plan_compile_ahead(kernel, named, configs):
     each config's meta-parameters and launch options. Runs in the tuning
     process, whose active driver (the GPU's) names the target."""
     import threading
+
     jit = _jit_function(kernel)
+    name = f"{jit.fn.__module__}:{jit.fn.__qualname__}"
     captured = []
     planner = threading.get_ident()
     patched_before = vars(jit).get("_do_compile")
@@ -519,8 +328,9 @@ def plan_compile_ahead(kernel, named, configs):
                                attrs, warmup)
         target = jit.device_caches[device][2]
         captured.append(LaunchCompile(
-            None, dict(signature), dict(constexprs), dict(attrs),
-            dict(options.__dict__),
+            None, compile_requests.from_launch(
+                name, jit, signature, constexprs, attrs,
+                dict(options.__dict__)),
             (target.backend, target.arch, target.warp_size)))
         return None  # nothing compiled, nothing launched
     plan = AheadPlan([], [], [], [])
@@ -539,7 +349,7 @@ def plan_compile_ahead(kernel, named, configs):
                 continue
             request = captured[-1]
             request.config = config
-            request.on_disk = _on_disk(jit, request)
+            request.on_disk = _on_disk(request)
             (plan.on_disk if request.on_disk else
              plan.to_compile).append(request)
     finally:
@@ -550,50 +360,21 @@ def plan_compile_ahead(kernel, named, configs):
     return plan
 
 
-def _compile_launch_task(task):
-    """In a worker process: compiles one captured launch, as the JIT's
-    own compile step does, into Triton's on-disk cache; Result as a dict
-    (resources checked against the target's limits)."""
-    os.environ["TRITON_INTERPRET"] = "0"
-    _quiet_fp_fusion_notice()
-    (module_name, file_name, kernel_name, config_text, signature, constexprs,
-     attrs, options, target) = task
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.compiler import compile as triton_compile
-    jit = _jit_function(load_kernel(module_name, kernel_name, file_name))
-    constexprs = {k: _decode_constexpr(v) for k, v in constexprs.items()}
-    arch = target[1]
-    check_target = Target(f"sm_{arch}", arch) if isinstance(arch, int) \
-        else Target(str(arch), 0)
-    result = Result(check_target.name, jit.fn.__name__, "", config_text,
-                    ok=True)
-    start = time.perf_counter()
-    try:
-        compiled = triton_compile(ASTSource(jit, signature, constexprs, attrs),
-                                  target=GPUTarget(*target), options=options)
-    except Exception as e:  # the launch meets the same error, and says so
-        return dataclasses.asdict(_failed(result, e, start))
-    return dataclasses.asdict(checked(result, compiled, check_target,
-                                      options.get("num_warps", 4), start))
-
-
 def compile_planned(where, plan, jobs):
     """Compiles the plan's to_compile requests in `jobs` spawned processes
     (in this one when jobs is 1) into Triton's on-disk cache; where:
     (module, attribute) under which the workers import the kernel.
     Results as dicts, in plan order."""
     module_name, kernel_attr = where
-    tasks = [(module_name, None, kernel_attr,
-              request.config.short() if hasattr(request.config, "short")
-              else str(request.config),
-              request.signature,
-              {k: _encode_constexpr(v) for k, v in request.constexprs.items()},
-              request.attrs, request.options, request.target)
-             for request in plan.to_compile]
-    if jobs <= 1 or len(tasks) <= 1:
-        return [_compile_launch_task(t) for t in tasks]
-    return _run_in_pool(_compile_launch_task, tasks, jobs)
+    tasks = []
+    for request in plan.to_compile:
+        record = dataclasses.replace(
+            request.record, kernel=f"{module_name}:{kernel_attr}",
+            label=request.config.short() if hasattr(request.config, "short")
+            else str(request.config))
+        tasks.append((record, request.target, None, ()))
+    return compile_requests.run_pool(compile_requests.build, tasks,
+                                     max(1, jobs))
 
 
 def compile_ahead_of_launch(where, kernel, named, configs, jobs):

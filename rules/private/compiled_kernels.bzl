@@ -39,6 +39,23 @@ def _import_roots(files):
                 roots[path] = None
     return roots.keys()
 
+def _module_names(files):
+    """The Python modules among `files`, named as imported from their
+    repository's root: the only modules the cache's requests may name."""
+    names = {}
+    for f in files:
+        if f.extension != "py":
+            continue
+        path = f.short_path[:-len(".py")]
+        if path.startswith("../"):
+            # An external repository's file: ../<repository>/<path>.
+            path = path.split("/", 2)[2] if path.count("/") >= 2 else ""
+        if path == "__init__" or path.endswith("/__init__"):
+            path = path[:-len("__init__")].rstrip("/")
+        if path:
+            names[path.replace("/", ".")] = None
+    return names.keys()
+
 def _compiled_kernels_impl(ctx):
     """Runs `autotune_cache compile` over the cache into a directory."""
     out = ctx.actions.declare_directory(ctx.label.name)
@@ -55,6 +72,8 @@ def _compiled_kernels_impl(ctx):
         args.add("--import_path=" + root)
     for module in ctx.attr.kernel_modules:
         args.add("--kernel_module=" + module)
+    for module in _module_names([f for d in ctx.attr.kernels for f in d[DefaultInfo].files.to_list()]):
+        args.add("--allowed_module=" + module)
     for name, value in sorted(ctx.attr.triton_env.items()):
         args.add("--triton_env=%s=%s" % (name, value))
     ctx.actions.run(
