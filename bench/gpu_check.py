@@ -1141,7 +1141,11 @@ def section_compiled(out, dry_run, env):
         [sys.executable, os.path.join(ROOT, "tools", "autotune_cache.py"),
          "compile", cache, "--target", target, "-o", compiled, "--jobs",
          str(jobs)] + [f"--triton_env={k}={v}" for k, v in
-                       triton_env.items()], cwd=ROOT, env=env)
+                       triton_env.items()]
+        # compile imports only the modules named: the example's kernels.
+        + [f"--kernel_module=autotune.kernels.{name}"
+           for name in ("layernorm", "matmul", "softmax")],
+        cwd=ROOT, env=env)
     wall = time.perf_counter() - start
     manifest = {}
     if os.path.exists(os.path.join(compiled, "autotune-compiled.json")):

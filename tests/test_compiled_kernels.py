@@ -493,7 +493,8 @@ def test_the_same_cache_compiled_from_two_checkouts_is_byte_identical(
         out = tmp_path / name / "kernels"
         run = subprocess.run(
             [sys.executable, "tools/autotune_cache.py", "compile", dump,
-             "--target", "sm_90", "-o", str(out), "--jobs", "1"],
+             "--target", "sm_90", "-o", str(out), "--jobs", "1",
+             "--kernel_module", "autotune.kernels.softmax"],
             capture_output=True, text=True, cwd=checkout,
             env=dict(_env(), PYTHONPATH=str(checkout)))
         assert run.returncode == 0, run.stdout + run.stderr[-3000:]

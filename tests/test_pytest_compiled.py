@@ -36,10 +36,12 @@ def test_update_records_requests_and_the_compiled_option_serves_them(
     built = subprocess.run(
         [sys.executable, os.path.join(ROOT, "tools", "autotune_cache.py"),
          "compile", str(pytester.path / CACHE), "--target", "sm_90", "-o",
-         str(out), "--import_path", str(pytester.path)],
+         str(out), "--import_path", str(pytester.path),
+         "--kernel_module", "kernels"],
         capture_output=True, text=True)
     assert built.returncode == 0, built.stdout + built.stderr
     assert "0 of 3 entries without a compile request" in built.stdout
+    assert "refused" not in built.stdout, built.stdout
     (pytester.path / "test_env.py").write_text(textwrap.dedent(ENV_TEST))
     monkeypatch.setenv("EXPECTED_COMPILED", str(out))
     run = run_pytest(pytester, *PLUGIN, "--autotune-compiled=compiled",
