@@ -186,6 +186,10 @@ def test_prune_and_verify_stale_kernels(tmp_path, capsys):
     import tiny_kernels  # noqa: F401  (defines axpb_kernel)
     tuned = tiny_kernels.make_tuner()
     fresh = make_entries(1)[0]
+    # Tuned under the running Triton: no version drift to report.
+    import triton
+    fresh = fresh.replace(provenance=fresh.provenance._replace(
+        triton_version=triton.__version__))
     # A winner the decoration offers (one it does not is stale too).
     fresh = fresh.replace(key=fresh.key._replace(
         kernel=tuned.name, fingerprint=tuned.fingerprint),
@@ -194,6 +198,7 @@ def test_prune_and_verify_stale_kernels(tmp_path, capsys):
                 tiny_kernels.WRONG, tiny_kernels.CRASH]])
     stale = fresh.replace(key=fresh.key._replace(fingerprint="0" * 16))
     gone = make_entries(1)[0]  # kernel "matmul": not in the module
+    gone = gone.replace(provenance=fresh.provenance)
     src = tmp_path / "c.textproto"
     codec.dump_results([fresh, stale, gone], src)
     module = ["--kernel_module", "tests_kernels_module"]

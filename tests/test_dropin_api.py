@@ -200,8 +200,11 @@ def test_protocol_attributes_and_warmup(session_factory):
     assert tuned.arg_names == ["x", "y", "counter", "n", "BLOCK"]
     assert tuned.keys == ["n"] and tuned.best_config is None
     x, y, c = torch.arange(20.0), torch.empty(20), torch.zeros(1, dtype=torch.int32)
-    assert len(tuned.warmup(x, y, c, 20, grid=(1,))) == 2
-    assert len(tuned.run(x, y, c, 20, grid=(1,), warmup=True)) == 2
+    # Triton's interpreter warms up from 3.6 on (a JITFunction always
+    # does): before, Triton's own Autotuner.warmup fails there as well.
+    if hasattr(count_kernel, "warmup"):
+        assert len(tuned.warmup(x, y, c, 20, grid=(1,))) == 2
+        assert len(tuned.run(x, y, c, 20, grid=(1,), warmup=True)) == 2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", AutotuneWarning)
         tuned.run(x, y, c, 20, grid=grid_for(20), warmup=False)

@@ -100,6 +100,9 @@ def test_the_e2e_lock_pins_every_package_its_packages_need():
     problems, unchecked = unresolved(pins)
     if "torch" in unchecked:
         pytest.skip(f"torch=={pins['torch']} is not the torch installed here")
+    if "triton" in unchecked:  # an environment of the Triton version matrix
+        pytest.skip(f"triton=={pins['triton']} is not the Triton installed "
+                    "here")
     assert not problems, f"{LOCK}: not fully resolved:\n" + "\n".join(problems)
     assert not unchecked, (f"{LOCK}: these locked versions are not the ones "
                            f"installed here: {unchecked}")

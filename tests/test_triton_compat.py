@@ -6,6 +6,7 @@ import triton
 from triton.runtime import autotuner as triton_autotuner
 
 import autotune
+from autotune import errors as autotune_errors
 from autotune.runtime import triton_patch
 
 import tiny_kernels as tk
@@ -94,9 +95,16 @@ def test_pruning_to_nothing_keeps_tritons_sentence_and_notes_the_kernel(
     errors = pytest.importorskip("triton.runtime.errors")
     tuned = tk.make_tuner(tk.GOOD, prune_configs_by={
         "early_config_prune": lambda configs, nargs, **kw: []})
-    with pytest.raises(errors.AutotunerError) as info:
+    with pytest.raises(autotune.AutotuneError) as info:
         tk.run(tuned, 40)
-    assert isinstance(info.value, autotune.AutotuneError)
+    assert any("axpb_kernel" in note
+               for note in getattr(info.value, "__notes__", []))
+    if not hasattr(errors, "AutotunerError"):
+        # Triton before 3.6 has no such type and says nothing of its own:
+        # this project's error, in the words 3.7 later chose.
+        assert str(info.value) == autotune_errors.NO_CONFIG_AFTER_PRUNING
+        return
+    assert isinstance(info.value, errors.AutotunerError)
     # Triton's own words, as its autotuner raises them.
     tritons = triton_autotuner.Autotuner(
         tk.axpb_kernel, ["x", "y", "n", "alpha"], tk.GOOD, ["n"], None, None,
@@ -107,8 +115,6 @@ def test_pruning_to_nothing_keeps_tritons_sentence_and_notes_the_kernel(
         tritons.prune_configs({})
     assert str(info.value) == str(theirs.value)
     assert "No valid autotuner configs after pruning." in str(info.value)
-    assert any("axpb_kernel" in note
-               for note in getattr(info.value, "__notes__", []))
 
 
 def test_pruned_to_one_config_calls_no_listener_and_prints_nothing(

@@ -4,7 +4,10 @@ every other file agrees: MODULE.bazel's bazel_compatibility and pins, the
 reads), the README, e2e/smoke's MODULE.bazel, the WORKSPACE snippets.
 The offline shims are described as what they are (Bazel 4.2.3 in
 WORKSPACE mode), and the docs say what regenerate's nested bazel keeps of
-the calling one's startup options. No Bazel: the files are read as text.
+the calling one's startup options. The Python package floors (Python,
+torch, Triton) are stated once, in docs/gpu.md#versions: pyproject.toml,
+the README and CI's Triton version matrix (.ci/matrix) agree. No Bazel:
+the files are read as text.
 """
 import os
 import re
@@ -103,3 +106,67 @@ def test_regenerates_nested_bazel_and_the_output_base_are_documented():
         "--bazel_startup_arg" in floors_text
     regenerate = page.split("**Bazel arguments.**", 1)[1].split("\n## ", 1)[0]
     assert "`--output_base`" in regenerate
+
+
+# -- the Python package floors: docs/gpu.md#versions -------------------------
+
+def package_floors():
+    """{package: version} of docs/gpu.md's floors table."""
+    text = read("docs/gpu.md").split("\n## Versions\n", 1)[1]
+    found = dict(re.findall(r"^\| (\w+) \| `([\d.]+)` \|", text, re.M))
+    assert set(found) == {"Python", "torch", "Triton"}, found
+    return found
+
+
+def matrix_rows():
+    """[(triton version, [extra requirements])] of .ci/matrix, in order."""
+    text = read(".ci/matrix").split("MATRIX=(", 1)[1].split("\n)", 1)[0]
+    rows = [line.strip().strip('"').split()
+            for line in text.splitlines() if line.strip().startswith('"')]
+    return [(row[0], row[1:]) for row in rows]
+
+
+def test_pyproject_declares_the_package_floors():
+    floors = package_floors()
+    project = read("pyproject.toml")
+    assert re.search(r'^requires-python = ">=([\d.]+)"$', project,
+                     re.M).group(1) == floors["Python"]
+    for package in ("torch", "triton"):
+        declared = re.findall(rf'^\s*"{package}>=([\d.]+)",$', project, re.M)
+        assert declared == [floors[package.capitalize()
+                                   if package == "triton" else package]], \
+            f"pyproject.toml: {package}>={declared} " \
+            f"(docs/gpu.md: {floors})"
+
+
+def test_the_readme_states_the_package_floors():
+    floors = package_floors()
+    readme = " ".join(read("README.md").split())  # lines joined
+    assert f"Python {floors['Python']}+, torch {floors['torch']}+ and " \
+        f"Triton {floors['Triton']}+" in readme
+    for name in ("Python", "torch", "Triton"):
+        for stated in re.findall(rf"{name} (\d[\d.]*)\+", readme):
+            assert stated == floors[name], \
+                f"README.md: {name} {stated}+ (floor {floors[name]})"
+
+
+def test_the_matrix_runs_the_floor_first_and_the_newest_last():
+    """The first row of CI's version matrix is a release of the Triton
+    floor, and the one torch's floor pins (torch 2.9.0 takes 3.5.0); the
+    last is requirements.txt's Triton, the newest; the docs name every
+    version that CI runs."""
+    rows = matrix_rows()
+    versions = [version for version, _ in rows]
+    floors = package_floors()
+    assert versions[0] == floors["Triton"] + ".0", versions
+    pinned = re.search(r"^triton==([\d.]+)$", read("requirements.txt"),
+                       re.M).group(1)
+    assert versions[-1] == pinned, versions
+    assert versions == sorted(
+        versions, key=lambda v: tuple(int(p) for p in v.split("."))), versions
+    versions_section = read("docs/gpu.md").split("\n## Versions\n", 1)[1]
+    ran = re.search(r"CI\s+runs\s+([^:]+):", versions_section)
+    named = re.findall(r"\d+\.\d+\.\d+", ran.group(1))
+    assert named == versions, f"docs/gpu.md names {named}, .ci/matrix runs " \
+        f"{versions}"
+    assert "bash .ci/matrix" in read(".ci/run")
