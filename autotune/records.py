@@ -8,6 +8,8 @@ import json
 import re
 from typing import NamedTuple
 
+from autotune.errors import CacheFileError
+
 # Bumped when the meaning of a cache key changes (what goes into the
 # signature or the fingerprint), so old entries miss instead of misleading.
 KEY_VERSION = 1
@@ -510,3 +512,15 @@ RETIRED_RULE_FIELDS = ("screen_margin", "max_duels")
 
 
 DEFAULT_RULE = SelectionRule()
+
+
+def undecodable(entry):
+    """Why the entry's stored candidates or provenance do not decode (a
+    CacheFileError), or None when they do: such an entry cannot be written
+    back, so an update replaces it with the run's and never keeps it."""
+    try:
+        entry.candidates  # noqa: B018
+        entry.provenance  # noqa: B018
+    except CacheFileError as e:
+        return e
+    return None

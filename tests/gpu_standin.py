@@ -48,13 +48,11 @@ def stand_in_gpu_backend():
 
     from autotune.measure import backends
 
-    class StandInGpu(backends.Backend):
-        name = "gpu-standin"
-        device = "cpu"
-
-        def device_key(self):
-            return f"cpu/triton-interpreter/triton-{triton.__version__}"
-    return StandInGpu()
+    from autotune.measure.fake_backend import FakeBackend
+    return FakeBackend(
+        name="gpu-standin", device="cpu",
+        device_key=f"cpu/triton-interpreter/triton-{triton.__version__}",
+        versions=backends.InterpreterBackend().versions())
 
 
 def count_launch_compiles():

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from autotune.measure import device_lock, lock_files
+from autotune.measure.fake_backend import FakeBackend
 
 from tests_support import process_alive
 
@@ -135,11 +136,8 @@ def test_a_gpu_is_named_by_its_uuid_whatever_index_it_has(monkeypatch):
     import types
     import torch
 
-    class FakeGpu:
-        name = "gpu"
-
-        def __init__(self, index):
-            self.device = torch.device("cuda", index)
+    def FakeGpu(index):
+        return FakeBackend(name="gpu", device=torch.device("cuda", index))
     physical = {("3", 0): "GPU-aaaa", (None, 3): "GPU-aaaa",
                 (None, 0): "GPU-bbbb"}
 

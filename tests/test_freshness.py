@@ -101,3 +101,72 @@ def test_a_miss_beside_another_functions_entry_is_not_a_kernel_change():
                                   {edited.key: "cache.textproto"})
     assert index.miss_reason(mine) == freshness.KERNEL_CHANGED
     assert index.stale([mine]) == {mine: "a" * 16}
+
+
+# -- one verdict per lookup: may the entry be used, and how ---------------
+
+def _offering(*configs):
+    from autotune.runtime import offers
+    return offers.Offer(lambda: list(configs))
+
+
+def test_a_verdict_says_hit_and_what_an_update_measures():
+    from autotune.records import Config
+    entry = _entry("a" * 16)
+    found = freshness.verdict(entry.key, (entry, "cache.textproto"),
+                              offer=_offering(Config({"BLOCK": 16})))
+    assert (found.how, found.usable, found.entry, found.source) == \
+        (freshness.HIT, True, entry, "cache.textproto")
+    assert found.unmeasured == () and not found.top_up
+    # A config added to the list: a hit; an update measures just it.
+    added = Config({"BLOCK": 32})
+    offer = _offering(Config({"BLOCK": 16}), added)
+    found = freshness.verdict(entry.key, (entry, "f"), offer=offer)
+    assert found.usable and found.unmeasured == (added,)
+    assert not found.top_up
+    updating = freshness.verdict(entry.key, (entry, "f"), offer=offer,
+                                 updating=lambda key: True)
+    assert updating.how == freshness.HIT and updating.top_up
+    # A memoized hit is not held against the list again.
+    assert freshness.verdict(entry.key, (entry, "memory"),
+                             offer=offer).unmeasured == ()
+
+
+def test_a_verdict_refuses_with_the_reason_and_its_words():
+    from autotune.records import Config
+    entry = _entry("a" * 16)
+    found = freshness.verdict(entry.key, (entry, "f"),
+                              offer=_offering(Config({"BLOCK": 32})))
+    assert (found.how, found.usable, found.entry) == \
+        (freshness.REFUSED, False, entry)
+    assert found.reason == freshness.offers.NOT_OFFERED
+    assert found.words.startswith("config no longer offered (BLOCK=16 ")
+    # A version drift is a hit, refused under strict matching.
+    drifted = entry.replace(provenance=Provenance("3.4.0", "2.1.0"))
+    running = {"triton_version": "3.9.0", "torch_version": "2.1.0"}
+    assert freshness.verdict(drifted.key, (drifted, "f"),
+                             running=running).usable
+    strict = freshness.verdict(drifted.key, (drifted, "f"),
+                               strict_versions=True, running=running)
+    assert (strict.how, strict.reason) == (freshness.REFUSED,
+                                           freshness.OTHER_VERSION)
+    assert "tuned with Triton 3.4, running 3.9" in strict.words
+
+
+def test_a_verdict_finds_another_tritons_entry_or_says_why_it_missed():
+    from autotune import keys
+    older = _entry("a" * 16)
+    index = freshness.LoadedIndex({older.key: older},
+                                  {older.key: "cache.textproto"})
+    newer = keys.make_key("cpu/triton-interpreter/triton-3.10.0",
+                          "add_kernel", "a" * 16, "n=20")
+    found = freshness.verdict(newer, (None, None), lambda: index)
+    assert (found.how, found.usable, found.entry, found.source) == \
+        (freshness.HIT_OTHER_TRITON, True, older, "cache.textproto")
+    edited = keys.make_key(older.key.device, "add_kernel", "b" * 16, "n=20")
+    missed = freshness.verdict(edited, (None, None), lambda: index)
+    assert (missed.how, missed.usable, missed.entry) == \
+        (freshness.MISSED, False, None)
+    assert missed.reason == freshness.KERNEL_CHANGED
+    assert freshness.verdict(edited, (None, None)).reason == \
+        freshness.MISSING

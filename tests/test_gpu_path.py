@@ -11,6 +11,7 @@ import autotune
 from autotune import flags as autotune_flags
 from autotune.measure import backends
 from autotune.measure import selection, tuner
+from autotune.measure.fake_backend import FakeBackend
 from autotune.records import Config
 from autotune.search import evolutionary as ev
 from autotune.runtime.parallel import ParallelEvaluator
@@ -542,13 +543,12 @@ def test_gpu_workers_get_lambda_grids_evaluated_per_config(monkeypatch):
     workers: the grid is evaluated in the tuning process for each config
     and the worker gets the tuple."""
     import pickle
-    import types
 
     import triton
     import tiny_kernels
     from autotune.runtime import parallel
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    backend = types.SimpleNamespace(name="gpu", warmup_ms=25.0, rep_ms=100.0)
+    backend = FakeBackend(name="gpu", warmup_ms=25.0, rep_ms=100.0)
     n = 100
     x, y = torch.arange(float(n)), torch.empty(n)
     pool = parallel.CandidatePool.for_miss(
@@ -584,8 +584,6 @@ def test_gpu_miss_compiles_candidates_ahead_in_a_pool(monkeypatch,
     """On the GPU backend (faked), a miss hands every candidate to the
     compile-ahead pool with the kernel, its launch arguments and the jobs
     the flag asks for; --autotune_compile_jobs=1 turns it off."""
-    import types
-
     import tiny_kernels
     from autotune.measure import compile_check
     sess = session_factory(autotune_compile_jobs=3)
@@ -594,7 +592,7 @@ def test_gpu_miss_compiles_candidates_ahead_in_a_pool(monkeypatch,
                         lambda *a: calls.append(a) or [])
     monkeypatch.setattr(torch.cuda, "get_device_capability",
                         lambda device=None: (9, 0))
-    monkeypatch.setattr(sess, "backend", types.SimpleNamespace(
+    monkeypatch.setattr(sess, "backend", FakeBackend(
         name="gpu", device="cuda:0"), raising=False)
     tuner_ = tiny_kernels.AXPB
     named = {"x": torch.arange(16.0), "y": torch.empty(16), "n": 16,

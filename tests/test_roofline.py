@@ -15,6 +15,7 @@ import autotune
 from autotune import codec
 from autotune.codec import text as text_codec
 from autotune.errors import AutotuneWarning, CacheFileError
+from autotune.measure.fake_backend import FakeBackend
 from autotune.proto import autotune_results_pb2 as pb
 from autotune.records import (NO_WORK, Candidate, CacheKey, Config, Entry,
                               Provenance, Work)
@@ -149,12 +150,8 @@ def test_a_bad_model_is_said(model, needle):
 
 def test_copy_bandwidth_is_measured_once_a_device_and_never_on_the_cpu(
         monkeypatch):
-    class Backend:
-        def __init__(self, name, key):
-            self.name, self.key, self.device = name, key, "cuda:0"
-
-        def device_key(self):
-            return self.key
+    def Backend(name, key):
+        return FakeBackend(name=name, device_key=key, device="cuda:0")
     measured = []
     monkeypatch.setattr(work_module, "_COPY_BANDWIDTH", {})
     monkeypatch.setattr(work_module, "_measure_copy",

@@ -10,7 +10,7 @@ import torch
 
 from autotune import keys
 from autotune.errors import AutotuneError
-from autotune.measure import backends
+from autotune.measure import fake_backend
 from autotune.records import Config
 from autotune.runtime import session as runtime_session
 from autotune.runtime import tuning
@@ -27,30 +27,10 @@ class FakeClock:
         return self.now
 
 
-class FakeBackend(backends.Backend):
+def FakeBackend(clock):
     """Times a run by the fake clock: each repetition takes what the launch
     advanced it by."""
-    name = "fake"
-
-    def __init__(self, clock):
-        self.clock = clock
-
-    def device_key(self):
-        return "fake/device"
-
-    def versions(self):
-        return {"triton_version": "fake", "torch_version": "fake",
-                "cuda_version": ""}
-
-    def time(self, run, setup=None):
-        samples = []
-        for _ in range(3):
-            if setup is not None:
-                setup()
-            start = self.clock()
-            run()
-            samples.append((self.clock() - start) * 1e6)
-        return backends.Timing(samples)
+    return fake_backend.FakeBackend(clock=clock)
 
 
 def config(block, warps=4):

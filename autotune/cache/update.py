@@ -25,8 +25,7 @@ with a run's results, used by the dump at exit
 from typing import NamedTuple
 
 from autotune.cache import merge
-from autotune.errors import CacheFileError
-from autotune.records import major_minor
+from autotune.records import major_minor, undecodable
 
 
 class Update(NamedTuple):
@@ -35,18 +34,6 @@ class Update(NamedTuple):
     kept: list       # the file's entries no run superseded, carried over
     removed: list    # the file's entries whose key the file loses
     conflicts: list  # [merge.Conflict] between the runs
-
-
-def undecodable(entry):
-    """Why the entry's stored candidates or provenance do not decode (a
-    CacheFileError), or None when they do: such an entry cannot be written
-    back, so an update replaces it with the run's and never keeps it."""
-    try:
-        entry.candidates  # noqa: B018
-        entry.provenance  # noqa: B018
-    except CacheFileError as e:
-        return e
-    return None
 
 
 def _measured_more(entry, previous):

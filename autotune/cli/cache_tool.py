@@ -388,13 +388,15 @@ def offer_findings(entry, tuner):
     else:
         offer = offers.Offer(lambda: [Config.from_triton(c)
                                       for c in tuner.configs])
-    why = offer.why_not(entry.best)
-    if why is not None:
-        return why, 0
+    # The runtime's answer for this entry (freshness.verdict), as a load
+    # asks it: the versions are verify's own line.
+    found = freshness.verdict(entry.key, (entry, "file"), offer=offer)
+    if not found.usable:
+        return found.words, 0
     if tuner.space is not None or tuner.early_config_prune or \
             tuner.perf_model:
         return None, 0
-    return None, len(offer.unmeasured(entry))
+    return None, len(found.unmeasured)
 
 
 # What verify cannot tell without the kernels: said in its verdict.

@@ -1,7 +1,9 @@
 """Backends: where candidates run and how they are timed.
 
-The tuner only sees this interface: a device key, version facts for
-provenance, a way to time a callable, and a way to classify failures.
+The tuner only sees this interface (Backend): a device key, version facts
+for provenance, a way to time a callable, and a way to classify failures.
+Its test double, a full backend that times by a given clock, is
+autotune/measure/fake_backend.py.
 
 - GpuBackend: triton.testing.do_bench (CUDA events, warm-up, the driver's
   L2 flush before every repetition), median of the repetitions.
@@ -9,6 +11,7 @@ provenance, a way to time a callable, and a way to classify failures.
   Its timings are not GPU timings, but every flow (tune, dump, load, hit,
   miss, require-complete) runs the same code.
 """
+import abc
 import os
 import statistics
 import threading
@@ -237,7 +240,14 @@ def _raised_in_triton_language(exc):
     return "/triton/language/" in path
 
 
-class Backend:
+class Backend(abc.ABC):
+    """What the package asks of a backend: its `name` ("gpu" takes the GPU
+    paths: device locks by GPU, worker processes per GPU, do_bench
+    arguments), its torch `device`, `device_key()` (the device part of a
+    cache key), `versions()` (provenance), `synchronize()`,
+    `describe_timing()` (provenance's method), `timing_ledger()` and
+    `time(run, setup)`. The class attributes are defaults a backend
+    overrides where it differs."""
     name = "abstract"
     warmup = 1
     repetitions = 3
@@ -256,8 +266,9 @@ class Backend:
         import torch
         return torch.device("cpu")
 
+    @abc.abstractmethod
     def device_key(self):
-        raise NotImplementedError
+        """The device part of a cache key (its Triton version included)."""
 
     def versions(self):
         return _versions()
@@ -277,12 +288,12 @@ class Backend:
             ledger = self._ledger = TimingLedger()
         return ledger
 
+    @abc.abstractmethod
     def time(self, run, setup=None):
         """Times `run` (one launch); returns a Timing in microseconds.
         `setup`, when given, runs before every repetition (restoring the
         arguments of a kernel that updates them in place) and is not part
         of the time."""
-        raise NotImplementedError
 
 
 class InterpreterBackend(Backend):

@@ -44,7 +44,7 @@ log = logs.get("device_lock")
 def device_identity(backend):
     """A name for the physical device `backend` measures on, the same in
     every process that uses that device."""
-    if getattr(backend, "name", "") != "gpu":
+    if backend.name != "gpu":
         return "host-" + socket.gethostname()
     import torch
     device = backend.device

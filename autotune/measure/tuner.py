@@ -205,8 +205,7 @@ class CandidateEvaluator:
         self.time_fn = time_fn or backend.time
         # A backend's own timing can be asked for short calls (a screen);
         # a caller's time_fn (Triton's do_bench arguments) is always full.
-        self.scalable = time_fn is None and getattr(backend, "scalable",
-                                                    False)
+        self.scalable = time_fn is None and backend.scalable
         # Share of a full timing call that the first pass (__call__) asks
         # for; run_candidates lowers it to screen.
         self.first_share = 1.0

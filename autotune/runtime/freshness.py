@@ -1,10 +1,10 @@
 """May a cached entry be used as it is, and why did a lookup miss? One
 place for the runtime (autotune/runtime/session.py) and `autotune_cache
-verify`.
+verify`: verdict() answers both in one call, with a Verdict.
 
 The version rule: an entry tuned under another Triton, torch or CUDA
 major.minor than the running ones has drifted (a counted hit by default,
-refused under --autotune_version_match=strict). A refusal (refusal) is a
+refused under --autotune_version_match=strict). A refusal (_refusal) is a
 cached entry of the very key that must not be used: a winner no longer
 offered, stored candidates an update could not write back, a version
 drift under strict matching. A miss without one is classified against the
@@ -23,10 +23,10 @@ function holds each fingerprint (other_kernel).
 import collections
 import re
 import weakref
+from typing import NamedTuple
 
 from autotune import unwrap
-from autotune.cache import update as cache_update
-from autotune.records import major_minor, tuned_with_triton
+from autotune.records import major_minor, tuned_with_triton, undecodable
 from autotune.runtime import offers
 
 # Why a lookup missed (the summary, the JSON report, require-complete).
@@ -72,7 +72,7 @@ def version_drift(provenance, running):
     return None
 
 
-def refusal(entry, offer, updating, strict_versions, running):
+def _refusal(entry, offer, updating, strict_versions, running):
     """(reason, words) when a cached entry of the very key looked up must
     not be used; None when it may. offer: what the decoration offers now
     (runtime/offers.py), or None; updating: this run writes the cache
@@ -85,7 +85,7 @@ def refusal(entry, offer, updating, strict_versions, running):
         # An update writes what it uses: an entry whose stored candidates
         # do not decode could not be written back (a load uses its winner,
         # and the report names it).
-        problem = cache_update.undecodable(entry)
+        problem = undecodable(entry)
         if problem is not None:
             return UNREADABLE, (f"its stored candidates do not decode "
                                 f"({problem}); measured again")
@@ -97,6 +97,69 @@ def refusal(entry, offer, updating, strict_versions, running):
                                    f"{now} (--autotune_version_match="
                                    "strict)")
     return None
+
+
+# How a lookup's entry may be used (Verdict.how).
+HIT = "hit"
+HIT_OTHER_TRITON = "hit under another Triton"
+REFUSED = "refused"
+MISSED = "missed"
+
+
+class Verdict(NamedTuple):
+    """May a lookup's entry be used, and how. how: HIT (the entry of the
+    very key), HIT_OTHER_TRITON (the entry of this key tuned under another
+    Triton: the device key names the version), REFUSED (an entry of the
+    key that must not be used) or MISSED (no entry). entry, source: the
+    entry found and where (None when missed); reason: why it is not usable
+    (one of MISS_REASONS), words: a refusal in words; unmeasured: the
+    offered configs a usable entry never measured; top_up: an update
+    measures those (with the entry's winner as incumbent)."""
+    how: str
+    entry: object = None
+    source: object = None
+    reason: object = None
+    words: object = None
+    unmeasured: tuple = ()
+    top_up: bool = False
+
+    @property
+    def usable(self):
+        return self.how in (HIT, HIT_OTHER_TRITON)
+
+
+def _never_updating(key):
+    return False
+
+
+def verdict(key, found, index=None, offer=None, updating=_never_updating,
+            strict_versions=False, running=None):
+    """The one answer to "may this entry be used, and how" (a Verdict).
+    key: the key looked up; found: (entry, source) the caches answered,
+    (None, None) for none; index: a callable returning the loaded files'
+    LoadedIndex (built when first needed: another Triton's entry of the
+    key, the reason for a miss), or None (nothing else loaded); offer:
+    what the decoration offers now (runtime/offers.py), or None;
+    updating(key): whether this run writes the cache that holds key's
+    entry; strict_versions: --autotune_version_match=strict; running: the
+    running versions by provenance field."""
+    entry, source = found
+    how = HIT
+    if entry is None and index is not None:
+        entry, source = index().other_version(key)
+        how = HIT_OTHER_TRITON
+    if entry is None:
+        reason = MISSING if index is None else index().miss_reason(key)
+        return Verdict(MISSED, reason=reason)
+    refused = _refusal(entry, offer, updating(entry.key), strict_versions,
+                      running or {})
+    if refused is not None:
+        return Verdict(REFUSED, entry, source, *refused)
+    # A memoized hit was held against this offer when it was remembered.
+    unmeasured = () if offer is None or source == "memory" else \
+        tuple(offer.unmeasured(entry))
+    return Verdict(how, entry, source, unmeasured=unmeasured,
+                   top_up=bool(unmeasured) and updating(key))
 
 
 class LoadedIndex:

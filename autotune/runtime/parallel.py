@@ -534,7 +534,7 @@ class CandidatePool:
         device turn)."""
         if workers <= 1:
             return None
-        if getattr(backend, "name", "") != "gpu":
+        if backend.name != "gpu":
             return cls(evaluator, workers, take_device=take_device)
         import pickle
         import torch

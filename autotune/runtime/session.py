@@ -314,24 +314,20 @@ class Session:
         whole offer), or, in an update, the configs a hit never measured
         with its winner (the incumbent)."""
         with self.lock:
-            entry, source = self.cache.lookup(key)
-            if entry is None:
-                entry, source = self._index().other_version(key)
-            refusal = None if entry is None else self._refusal(entry, offer)
-            if entry is not None and refusal is None:
-                unmeasured = [] if offer is None or source == "memory" \
-                    else offer.unmeasured(entry)
-                if unmeasured and self._updating(key):
-                    return self._top_up(key, entry, unmeasured, tune_fn)
-                self._count_hit(key, entry, source, len(unmeasured))
-                return entry
+            found = self._verdict(key, offer, self.cache.lookup(key))
+            if found.top_up:
+                return self._top_up(key, found.entry,
+                                    list(found.unmeasured), tune_fn)
+            if found.usable:
+                self._count_hit(key, found.entry, found.source,
+                                len(found.unmeasured))
+                return found.entry
             self.stats.misses += 1
             self.miss_keys.append(key)
-            reason = refusal[0] if refusal else self._index().miss_reason(
-                key)
+            reason = found.reason
             self.stats.miss_reasons[reason] += 1
-            if refusal:
-                self.miss_refusals[key] = refusal[1]
+            if found.how == freshness.REFUSED:
+                self.miss_refusals[key] = found.words
             remote = self.cache.remote
             if remote is not None and remote.last_lookup_failed:
                 self.miss_notes[key] = remote.unreachable_note()
@@ -353,10 +349,11 @@ class Session:
                 else []
             # The entry refused (a stale winner) is replaced where a tier
             # holds it, and none this lookup would refuse is adopted.
-            refused = entry if refusal else None
+            refused = found.entry if found.how == freshness.REFUSED \
+                else None
             entry = self._count_tuned(key, tune_fn(seeds, None), reason)
-            return self._keep(entry, refused, lambda found: self._refusal(
-                found, offer) is not None)
+            return self._keep(entry, refused, lambda held: self._verdict(
+                held.key, offer, (held, None)).how == freshness.REFUSED)
 
     def _keep(self, entry, refused=None, refuses=None):
         """A freshly tuned entry into the caches this process writes.
@@ -369,9 +366,11 @@ class Session:
             return entry
         return self.cache.store(entry, refused, refuses)
 
-    def _refusal(self, entry, offer):
-        return freshness.refusal(
-            entry, offer, self._updating(entry.key),
+    def _verdict(self, key, offer, found):
+        """freshness.verdict of `found` ((entry, source) the caches
+        answered for `key`) under this run's options."""
+        return freshness.verdict(
+            key, found, self._index, offer, self._updating,
             self.options.autotune_version_match == "strict", self.versions)
 
     def _drift(self, entry):

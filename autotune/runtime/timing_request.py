@@ -61,9 +61,7 @@ class TimingRequest(NamedTuple):
         chooses and the selection rule's margins."""
         rule = " ".join(f"{name}={value}" for name, value in
                         DEFAULT_RULE._asdict().items())
-        if not hasattr(backend, "describe_timing"):  # a stand-in backend
-            how = getattr(backend, "name", type(backend).__name__)
-        elif backend.name != "gpu":
+        if backend.name != "gpu":
             how = backend.describe_timing()
         elif self.use_cuda_graph:
             how = "gpu do_bench_cudagraph"
