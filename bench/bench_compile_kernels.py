@@ -55,7 +55,10 @@ def _compile(python, cache, targets, jobs, out):
     run = subprocess.run(
         [python, os.path.join(ROOT, "tools", "autotune_cache.py"),
          "compile", cache, "--target", targets, "-o", out, "--jobs",
-         str(jobs), "--triton_env", "TRITON_DEFAULT_FP_FUSION=1"],
+         str(jobs), "--triton_env", "TRITON_DEFAULT_FP_FUSION=1"]
+        # compile imports only the modules named: the example's kernels.
+        + [f"--kernel_module=autotune.kernels.{name}"
+           for name in ("layernorm", "matmul", "softmax")],
         capture_output=True, text=True, env=_env())
     wall = time.perf_counter() - start
     if run.returncode != 0:
