@@ -334,8 +334,10 @@ TRITON_36_RULE = lambda arch: (  # noqa: E731
 
 def test_the_ptxas_triton_uses_is_asked_of_triton(tmp_path, monkeypatch):
     """Whatever the installed Triton's rule: the variable the doctor names
-    is the one that moves Triton to another ptxas, and no other does."""
-    import triton
+    is the one that moves Triton to another ptxas, and no other does
+    (Triton 3.9 builds sm_90 with ptxas-blackwell, 3.6 to 3.8 only sm_100
+    and later, 3.5 every target with one ptxas: tests/test_doctor.py runs
+    under each in .ci/matrix)."""
     ptxas = _script(tmp_path, "ptxas", "Cuda compilation tools, release "
                     "12.8, V12.8.93")
     for name in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
@@ -351,12 +353,8 @@ def test_the_ptxas_triton_uses_is_asked_of_triton(tmp_path, monkeypatch):
             monkeypatch.delenv(name)
             assert (moved[:2] == (str(ptxas), "12.8")) == (name == variable), \
                 (arch, name, variable, moved)
-    major_minor = tuple(int(x) for x in triton.__version__.split(".")[:2])
-    expected_90 = "TRITON_PTXAS_PATH" if major_minor < (3, 7) else \
-        "TRITON_PTXAS_BLACKWELL_PATH"
-    assert doctor.ptxas_variable(90) == expected_90
-    assert doctor.ptxas_variable(80) == "TRITON_PTXAS_PATH"
-    assert doctor.ptxas_variable(100) == "TRITON_PTXAS_BLACKWELL_PATH"
+        # The doctor's advice names what Triton itself was seen to read.
+        assert doctor.ptxas_variable(arch) == variable, (arch, variable)
 
 
 def test_under_triton_36s_rule_the_advice_is_36s(tmp_path):

@@ -156,7 +156,11 @@ def _triton_ptxas(arch):
     watched = _KnobReads(compiler.knobs)
     compiler.knobs = watched
     try:
-        tool = compiler.get_ptxas(arch)
+        # Triton 3.5's get_ptxas takes no architecture (one ptxas for
+        # every target); later ones choose by it.
+        takes_arch = bool(inspect.signature(compiler.get_ptxas).parameters)
+        tool = compiler.get_ptxas(arch) if takes_arch else \
+            compiler.get_ptxas()
     finally:
         compiler.knobs = watched._real
     variable = ""
