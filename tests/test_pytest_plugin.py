@@ -115,7 +115,8 @@ def write_project(path, kernels=KERNELS, tests=TESTS, ini=PYPROJECT):
 def _environment(pythonpath, cwd):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         list(pythonpath) + [str(cwd)]))
-    for name in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "AUTOTUNE_FLAGS"):
+    for name in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "AUTOTUNE_FLAGS",
+                 "TRITON_DEFAULT_FP_FUSION"):
         env.pop(name, None)
     return env
 
@@ -191,6 +192,9 @@ def test_update_from_nothing_writes_every_fusion(tuned):
     assert f"autotune: {CACHE}: 3 entries; 3 added, 0 removed, 0 changed" \
         in result.output
     assert "+ add_one_kernel [n=20;" in result.output
+    # The plugin sets Triton's FP fusion default as the Bazel macro does:
+    # no UserWarning about it, and the same Triton keys on both paths.
+    assert "TRITON_DEFAULT_FP_FUSION is unset" not in result.output
     report = json.loads((project / "report.json").read_text())
     assert report["tuned"] == 3 and report["written"] is True
     assert report["candidate_benchmarks"] == 6
@@ -993,3 +997,12 @@ def test_a_miss_beside_another_kernel_of_that_name_is_not_a_source_change():
     status, reason = pytest_plugin.classify_miss(
         miss, [cached.replace(key=edited)])
     assert status == "stale" and "its source changed" in reason
+
+
+def test_the_plugin_sets_the_triton_variables_the_bazel_macro_sets():
+    from autotune import pytest_plugin
+    with open(os.path.join(ROOT, "rules", "private",
+                           "gpu_autotuned_test.bzl")) as f:
+        macro = re.search(r"^COMPILE_TRITON_ENV = (\{.*\})$", f.read(),
+                          re.M).group(1)
+    assert pytest_plugin.TRITON_ENV == json.loads(macro)
