@@ -907,11 +907,22 @@ def test_the_pytest_extra_installs_pytest_and_the_docs_say_so():
     extra = project["optional-dependencies"]["pytest"]
     assert extra == ["pytest>=8"]
     assert int(pytest.__version__.split(".")[0]) >= 8
-    with open(os.path.join(ROOT, "docs", "getting-started.md")) as f:
-        text = f.read()
-    assert "pip install '/path/to/rules_autotune[pytest]'" in text
-    assert "pip install torch --index-url https://download.pytorch.org/" \
-        "whl/cpu" in text
+    # One install line, the same in the README and getting started, that
+    # a CPU user can copy: torch's CPU build first, then the package with
+    # every extra a newcomer needs (each one pyproject.toml declares).
+    lines = []
+    for page in ("README.md", os.path.join("docs", "getting-started.md")):
+        with open(os.path.join(ROOT, page)) as f:
+            lines.append([line for line in f.read().splitlines()
+                          if line.startswith("pip install ")])
+    assert lines[0] == lines[1] and len(lines[0]) == 1, lines
+    torch_cpu, package = lines[0][0].split(" && ")
+    assert torch_cpu == "pip install torch --index-url " \
+        "https://download.pytorch.org/whl/cpu"
+    extras = re.fullmatch(r"pip install '/path/to/rules_autotune\[(.*)\]'",
+                          package).group(1).split(",")
+    assert extras == ["pytest", "report"]
+    assert set(extras) <= set(project["optional-dependencies"])
 
 
 def test_configs_removed_and_added_as_the_plugin_reports_them(project):
