@@ -219,15 +219,8 @@ class Session:
                 f"{stamp.DOCS})")
 
     def _check_expected_gpu(self):
-        want = self.options.autotune_expected_gpu
-        if want and want.lower() not in self.device_key.lower():
-            raise AutotuneError(
-                f"--autotune_expected_gpu={want} (what gpu_type = \"{want}\" "
-                f"on a gpu_autotuned_test sets): this test may only run on "
-                f"a {want}, and this run is on {self.device_key}. Run it on "
-                f"a {want} (the target is tagged gpu-{want.lower()}, for "
-                f"--test_tag_filters), or drop gpu_type (the flag) to let it "
-                f"run on other devices")
+        check_expected_gpu(self.options.autotune_expected_gpu,
+                           self.device_key)
 
     def _load(self, path):
         if not os.path.exists(path):
@@ -613,6 +606,61 @@ def _check_output_path(flag, path):
                             "name")
 
 
+# The gpu_types entry a gpu_autotuned_test target was made for (its key
+# in gpu_types), when the macro says so: the wrong-device line names it.
+GPU_TYPES_ENTRY_ENV = "AUTOTUNE_GPU_TYPES_ENTRY"
+
+
+class WrongDeviceError(AutotuneError):
+    """A gpu_type / gpu_types target on a device it does not accept."""
+
+
+def wrong_device_line(target, want, device_key, entry=None):
+    """The one line a Bazel test target on the wrong GPU fails with, in the
+    words of the BUILD file (gpu_types entry or gpu_type), not of the flag
+    the macro passes for it."""
+    if entry:
+        declared = f'gpu_types entry "{entry}" (device "{want}")'
+        tag = f"gpu-{entry.lower()}"
+    else:
+        declared = f'gpu_type "{want}", or a gpu_types entry of that device'
+        tag = "gpu-<type>"
+    return (f"autotune: {target} is for {declared}: this test may only run "
+            f"on a {want}, and this run is on {device_key}; run each "
+            f"machine's own type only (bazel test //... "
+            f"--test_tag_filters={tag} on a {want}; CPU CI: its CPU "
+            f"type's tag)")
+
+
+def check_expected_gpu(want, device_key):
+    """Refuses a device whose key does not contain `want`
+    (--autotune_expected_gpu, which gpu_type and gpu_types set)."""
+    if not want or want.lower() in device_key.lower():
+        return
+    target = os.environ.get("TEST_TARGET")
+    if target:
+        raise WrongDeviceError(wrong_device_line(
+            target, want, device_key, os.environ.get(GPU_TYPES_ENTRY_ENV)))
+    raise WrongDeviceError(
+        f"--autotune_expected_gpu={want} (what gpu_type = \"{want}\" "
+        f"on a gpu_autotuned_test sets): this test may only run on "
+        f"a {want}, and this run is on {device_key}. Run it on "
+        f"a {want} (the target is tagged gpu-{want.lower()}, for "
+        f"--test_tag_filters), or drop gpu_type (the flag) to let it "
+        f"run on other devices")
+
+
+def _exit_on_wrong_device(error):
+    """Under `bazel test`, a target on the wrong device fails whole with
+    its one line and exit status 1, not with a traceback from inside the
+    test that met the first kernel (a test framework would catch a
+    SystemExit and print one)."""
+    sys.stderr.write(str(error) + "\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(1)
+
+
 _SESSION = None
 _SESSION_LOCK = threading.Lock()
 
@@ -624,7 +672,12 @@ def session():
         with _SESSION_LOCK:
             if _SESSION is None:
                 options = flags.from_environment()
-                _SESSION = Session(options)
+                try:
+                    _SESSION = Session(options)
+                except WrongDeviceError as e:
+                    if os.environ.get("TEST_TARGET"):
+                        _exit_on_wrong_device(e)
+                    raise
     return _SESSION
 
 
