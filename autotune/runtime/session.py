@@ -238,16 +238,20 @@ class Session:
                                       sorted(loaded.by_device.items()))
                             or "none")
         line = (f"autotune: loaded {path}: {len(loaded.entries)} entries "
-                f"({devices}); usable on {self.device_key}: {usable}")
+                f"({devices}); usable on {self.device_key}: ")
         other_triton = 0
         if self.options.autotune_version_match == "loose":
             mine = freshness.without_triton(self.device_key)
             other_triton = sum(
                 n for d, n in loaded.by_device.items()
                 if d != self.device_key and freshness.without_triton(d) == mine)
+        # Entries of another Triton are hits too (loose matching): counted
+        # among the usable ones, and said apart.
+        line += str(usable + other_triton)
         if other_triton:
-            line += (f", and {other_triton} tuned under another Triton "
-                     "(hits: --autotune_version_match=loose)")
+            line += (f" ({usable} tuned under this Triton, {other_triton} "
+                     "under another: hits by --autotune_version_match="
+                     "loose)")
         elif loaded.entries and not usable:
             line += " -- none for this device, every fusion will miss"
         self.load_reports.append({"path": path,
