@@ -47,7 +47,7 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest",
                "candidate_benchmarks", "tuning_seconds", "saved_seconds",
-               "unmeasured_configs", "drifted_entries")
+               "unmeasured_configs", "unmeasured_fusions", "drifted_entries")
 WORKER_KEY = "autotune"
 SHARED_DIR_KEY = "autotune_shared_fusion_dir"
 # What the Bazel macro sets for every test and compile action

@@ -7,6 +7,7 @@ import logging
 import os
 
 from autotune.log import printable
+from autotune.runtime.run_report import unmeasured_text
 from autotune.log import redact_text  # a URL's password never shows
 
 
@@ -61,9 +62,9 @@ def write_summary(terminalreporter, result, changes, config):
         f"({r['mode'] + ('=all' if r.get('retune') else '')} "
         f"{relative(r['cache'], config)})")
     if r.get("unmeasured_configs"):
-        tr.write_line(f"autotune: {r['unmeasured_configs']} offered "
-                      "config(s) never measured (added to a config "
-                      "list): `pytest --autotune-update` measures them")
+        tr.write_line("autotune: " + unmeasured_text(
+            r["unmeasured_configs"], r.get("unmeasured_fusions", 0))
+            + ": `pytest --autotune-update` measures them")
     if r.get("drifted_entries"):
         tr.write_line(f"autotune: {r['drifted_entries']} hit(s) tuned "
                       "under another Triton, torch or CUDA version: "

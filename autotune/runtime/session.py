@@ -59,7 +59,11 @@ class Stats:
         # (component, tuned with, running) -> hits tuned under another
         # major.minor (--autotune_version_match=loose)
         self.version_drift = collections.Counter()
-        self.unmeasured_configs = 0  # offered configs hits never measured
+        # Offered configs hits never measured, counted per fusion (a config
+        # added to a list counts once for each fusion it serves), and the
+        # fusions that offer any.
+        self.unmeasured_configs = 0
+        self.unmeasured_fusions = 0
         self.seeded = 0  # misses tuned from the nearest entries' winners
         self.seed_saved_benchmarks = 0  # what those seeds spared
 
@@ -84,6 +88,7 @@ class Stats:
                      "entries": n} for (what, then, now), n in
                     sorted(self.version_drift.items())],
                 "unmeasured_configs": self.unmeasured_configs,
+                "unmeasured_fusions": self.unmeasured_fusions,
                 "seeded": self.seeded,
                 "seed_saved_benchmarks": self.seed_saved_benchmarks}
 
@@ -319,7 +324,8 @@ class Session:
                 unmeasured = [] if offer is None or source == "memory" \
                     else offer.unmeasured(entry)
                 if unmeasured and self._updating(key):
-                    return self._top_up(key, entry, unmeasured, tune_fn)
+                    return self._top_up(key, entry, unmeasured, tune_fn,
+                                        offer)
                 self._count_hit(key, entry, source, len(unmeasured))
                 return entry
             self.stats.misses += 1
@@ -387,21 +393,14 @@ class Session:
         return not self.options.autotune_retune and \
             self.incumbent_for(key) is not None
 
-    def _top_up(self, key, entry, unmeasured, tune_fn):
+    def _top_up(self, key, entry, unmeasured, tune_fn, offer=None):
         """An update of a hit whose decoration offers configs it never
         measured: those are measured with its winner as the incumbent (not
-        the whole list again), and their times join the entry's."""
-        tuned = tune_fn([], [entry.best] + unmeasured)
+        the whole list again), beside what the entry's figures compare
+        (top_up_configs), and their times join the entry's."""
+        tuned = tune_fn([], top_up_configs(entry, unmeasured, offer))
         spent = tuned.provenance.tuning_seconds
-        if tuned.best == entry.best:
-            # The winner stays, its entry as it was but for the new times.
-            new = [c for c in tuned.candidates if c.config in unmeasured]
-            tuned = entry.replace(candidates=entry.candidates + tuple(new))
-        else:
-            measured = {c.config for c in tuned.candidates}
-            tuned = tuned.replace(candidates=tuple(
-                c for c in entry.candidates if c.config not in measured)
-                + tuple(tuned.candidates))
+        tuned = topped_up(entry, tuned)
         tuned = tuned.replace(candidates=sorted(
             tuned.candidates, key=lambda c: c.config.sort_key))
         self.stats.tuned += 1
@@ -432,6 +431,7 @@ class Session:
             self.stats.fusions[key]["tuned_with"] = f"{drift[0]} {drift[1]}"
         if unmeasured:
             self.stats.unmeasured_configs += unmeasured
+            self.stats.unmeasured_fusions += 1
             self.stats.fusions[key]["unmeasured_configs"] = unmeasured
         self.stats.saved_seconds += _saved_by(entry)
         self.cache.remember(entry, key)
@@ -652,6 +652,39 @@ def check_expected_gpu(want, device_key):
         f"a {want} (the target is tagged gpu-{want.lower()}, for "
         f"--test_tag_filters), or drop gpu_type (the flag) to let it "
         f"run on other devices")
+
+
+def top_up_configs(entry, unmeasured, offer=None):
+    """What an update measures of a hit whose decoration offers configs
+    it never measured: those, and, so that the figures the entry shows
+    compare times of one run, its winner (the incumbent), its stored
+    runner-up (the winner's "measured N% slower" rival) and the first
+    offered config (the baseline of "Nx the first offered config")."""
+    ok = sorted((c for c in entry.candidates if c.ok and
+                 c.config != entry.best),
+                key=lambda c: (c.run_time_us, c.config.sort_key))
+    first = offer.pruned[0] if offer is not None and offer.pruned else None
+    configs = [entry.best] + list(unmeasured)
+    for config in ([ok[0].config] if ok else []) + [first]:
+        if config is not None and config not in configs:
+            configs.append(config)
+    return configs
+
+
+def topped_up(entry, tuned):
+    """The entry after a top-up: this run's winner, time and provenance,
+    every config it measured with this run's time, the others' stored
+    times kept; the baseline (default_run_time_us) kept when this run
+    did not measure the first offered config."""
+    measured = {c.config for c in tuned.candidates}
+    provenance = tuned.provenance
+    if not provenance.default_run_time_us:
+        provenance = provenance._replace(
+            default_run_time_us=entry.provenance.default_run_time_us)
+    return tuned.replace(
+        candidates=tuple(c for c in entry.candidates
+                         if c.config not in measured)
+        + tuple(tuned.candidates), provenance=provenance)
 
 
 def _exit_on_wrong_device(error):
