@@ -43,7 +43,7 @@ def _outcomes(r):
     untuned = r["misses"] - r["tuned"]
     return (f"{r['tuned']} re-measured, {r['hits']} hits, {remote}"
             + (f"{untuned} missed and not tuned" if untuned > 0 else
-               "0 missed").rstrip())
+               "0 missed"))
 
 
 def write_summary(terminalreporter, result, changes, config):

@@ -42,8 +42,9 @@ def summary_line(sess):
         line += (f"; {n} entries tuned with {what} {then}, running {now}:"
                  " regenerate --retune refreshes them")
     if s.unmeasured_configs:
-        line += (f"; {unmeasured_text(s.unmeasured_configs, s.unmeasured_fusions)}"
-                 "; an update measures them")
+        line += ("; " + unmeasured_text(s.unmeasured_configs,
+                                        s.unmeasured_fusions)
+                 + "; an update measures them")
     return line
 
 
