@@ -250,7 +250,7 @@ def test_update_of_a_subset_keeps_other_entries(project):
         (sig,) = [s for k, s in before if k == kept]
         assert after[kept, sig] == before[kept, sig]
     assert "--autotune-prune-unused ignored, not a full run" in result.output
-    assert "2 tuned" in result.output
+    assert "autotune: 2 re-measured, 0 hits, 0 missed;" in result.output
 
 
 def test_update_tunes_only_missing_and_stale_fusions(project):
