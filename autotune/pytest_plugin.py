@@ -48,9 +48,15 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest",
                "candidate_benchmarks", "tuning_seconds", "saved_seconds",
-               "unmeasured_configs", "drifted_entries")
+               "unmeasured_configs", "unmeasured_fusions", "drifted_entries")
 WORKER_KEY = "autotune"
 SHARED_DIR_KEY = "autotune_shared_fusion_dir"
+# What the Bazel macro sets for every test and compile action
+# (COMPILE_TRITON_ENV in rules/private/gpu_autotuned_test.bzl): Triton's
+# keys hold which cache-invalidating variables are set, so both paths set
+# the same ones, to the value Triton defaults to (Triton 3.9 warns on every
+# compile while this one is unset). A value the user set is kept.
+TRITON_ENV = {"TRITON_DEFAULT_FP_FUSION": "1"}
 
 
 def configure(config, ini):
@@ -66,6 +72,8 @@ def configure(config, ini):
     settings = Settings.from_config(config)
     if settings is None:
         return
+    for name, value in TRITON_ENV.items():
+        os.environ.setdefault(name, value)
     plugin = AutotunePlugin(config, settings)
     config.pluginmanager.register(plugin, "autotune-session")
     config.stash[_PLUGIN] = plugin

@@ -7,6 +7,7 @@ import logging
 import os
 
 from autotune.log import printable
+from autotune.runtime.run_report import unmeasured_text
 from autotune.log import redact_text  # a URL's password never shows
 from autotune.measure import triton_cache
 
@@ -32,6 +33,20 @@ class _Escaped:
         self._reporter.write_line(printable(text), **markup)
 
 
+def _outcomes(r):
+    """What became of the fusions the tests met. Under
+    --autotune-update=all every one is re-measured on purpose: those are
+    counted as re-measured, not as missed and tuned."""
+    remote = f"{r['remote_hits']} remote hits, " if r["remote_hits"] else ""
+    if not r.get("retune"):
+        return (f"{r['hits']} hits, {remote}{r['tuned']} tuned, "
+                f"{r['misses']} missed")
+    untuned = r["misses"] - r["tuned"]
+    return (f"{r['tuned']} re-measured, {r['hits']} hits, {remote}"
+            + (f"{untuned} missed and not tuned" if untuned > 0 else
+               "0 missed"))
+
+
 def write_summary(terminalreporter, result, changes, config):
     """The plugin's section of pytest's terminal summary, from the
     session's result record (the JSON report's contents) and, after an
@@ -42,11 +57,7 @@ def write_summary(terminalreporter, result, changes, config):
     tr = _Escaped(terminalreporter)
     tr.write_sep("-", "autotune")
     tr.write_line(
-        f"autotune: {r['hits']} hits, "
-        + (f"{r['remote_hits']} remote hits, " if r["remote_hits"]
-           else "")
-        + f"{r['tuned']} tuned, "
-        f"{r['misses']} missed; {r['candidate_benchmarks']} candidate "
+        f"autotune: {_outcomes(r)}; {r['candidate_benchmarks']} candidate "
         f"benchmarks, {r['tuning_seconds']:.2f} s tuning, "
         f"{r['saved_seconds']:.2f} s saved "
         f"({r['mode'] + ('=all' if r.get('retune') else '')} "
@@ -55,9 +66,9 @@ def write_summary(terminalreporter, result, changes, config):
         tr.write_line("autotune: " + triton_cache.counts_text(
             r["compiled_kernels"]))
     if r.get("unmeasured_configs"):
-        tr.write_line(f"autotune: {r['unmeasured_configs']} offered "
-                      "config(s) never measured (added to a config "
-                      "list): `pytest --autotune-update` measures them")
+        tr.write_line("autotune: " + unmeasured_text(
+            r["unmeasured_configs"], r.get("unmeasured_fusions", 0))
+            + ": `pytest --autotune-update` measures them")
     if r.get("drifted_entries"):
         tr.write_line(f"autotune: {r['drifted_entries']} hit(s) tuned "
                       "under another Triton, torch or CUDA version: "

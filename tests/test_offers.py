@@ -93,15 +93,34 @@ def test_added_configs_keep_the_hit_and_are_counted(session_factory,
     assert "1 offered config(s) never measured" in sess.summary_line()
 
 
-def test_an_update_measures_only_the_added_configs_and_the_incumbent(
+def test_a_config_added_for_two_fusions_is_counted_per_fusion(
+        session_factory, tmp_path):
+    dump = tmp_path / "cache.textproto"
+    sess = session_factory(dump_autotune_results_to=str(dump))
+    tk.run(tk.make_tuner([A, B]), 40)
+    tk.run(tk.make_tuner([A, B]), 80)
+    sess.finish()
+    sess = session_factory(load_autotune_results_from=[str(dump)])
+    tuner = tk.make_tuner([A, B, C])
+    tk.run(tuner, 40)
+    tk.run(tuner, 80)
+    assert (sess.stats.hits, sess.stats.unmeasured_configs,
+            sess.stats.unmeasured_fusions) == (2, 2, 2)
+    assert "2 offered config(s) never measured, counted per fusion: 2 " \
+        "fusion(s) (a config added to a list counts once for each fusion " \
+        "it serves)" in sess.summary_line()
+
+
+def test_an_update_measures_the_added_configs_and_what_the_entry_compares(
         session_factory, tmp_path):
     dump, entry = tuned_cache(session_factory, tmp_path, [A, B])
     before = dump.read_bytes()
     sess = session_factory(autotune_incumbents_from=[str(dump)],
                            dump_autotune_results_to=str(dump))
     tk.run(tk.make_tuner([A, B, C]), 40)
-    # Two benchmarks (the incumbent and C), not the whole list of three.
-    assert sess.stats.candidate_benchmarks == 2
+    # C, the incumbent, its runner-up and the first offered config (here
+    # the whole list: with more configs, the rest keep their stored times).
+    assert sess.stats.candidate_benchmarks == 3
     # The report explains it as the selection decided it: with the hit's
     # winner as the incumbent.
     [record] = sess.report()["fusions"]
@@ -434,7 +453,9 @@ def test_an_update_of_a_per_fusion_file_keeps_the_added_measurements(
                            autotune_incumbents_from=[str(dump)])
     tuned = tk.make_tuner([A, B, C])
     x, y = tk.run(tuned, 40)
-    assert sess.stats.candidate_benchmarks == 2
+    # C, the incumbent and its runner-up (the first offered config, A, is
+    # one of them).
+    assert sess.stats.candidate_benchmarks == 3
     [name] = os.listdir(cache_dir)
     [stored] = codec.load_results(str(cache_dir / name), parse_all=True)
     assert {c.config for c in stored.candidates} == {A, B, C}
@@ -465,3 +486,28 @@ def test_a_nan_config_value_is_offered_after_a_round_trip(session_factory,
                            require_complete_autotune_results=True)
     tk.run(autotune.tune(_eps_kernel, [nan_a, nan_b], key=["n"]), 40)
     assert sess.stats.hits == 1 and not sess.stats.miss_reasons
+
+
+def test_a_top_up_compares_times_of_one_run_and_keeps_the_baseline():
+    """The entry after a top-up: every config this run measured carries
+    this run's time (the winner and its runner-up among them), the others
+    their stored ones; with the first offered config not measured again,
+    its stored baseline stays."""
+    from autotune.records import Candidate, CacheKey, Entry, Provenance
+    from autotune.runtime import session as runtime_session
+    D = Config({"BLOCK": 128})
+    key = CacheKey("cpu/test", "k", "f" * 16, "n=1")
+    old = Entry(key, A, 10.0, [Candidate(A, 10.0), Candidate(B, 12.0),
+                                Candidate(D, 30.0)],
+                Provenance(timestamp="01:49", default_run_time_us=30.0))
+    configs = runtime_session.top_up_configs(old, [C])
+    assert configs == [A, C, B]  # the winner, the added, the runner-up
+    run = Entry(key, C, 14.0, [Candidate(A, 20.0), Candidate(B, 24.0),
+                                Candidate(C, 14.0)],
+                Provenance(timestamp="01:52"))
+    new = runtime_session.topped_up(old, run)
+    times = {c.config: c.run_time_us for c in new.candidates}
+    assert times == {A: 20.0, B: 24.0, C: 14.0, D: 30.0}
+    assert (new.best, new.run_time_us) == (C, 14.0)
+    assert new.provenance.default_run_time_us == 30.0
+    assert new.provenance.timestamp == "01:52"

@@ -115,7 +115,8 @@ def write_project(path, kernels=KERNELS, tests=TESTS, ini=PYPROJECT):
 def _environment(pythonpath, cwd):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         list(pythonpath) + [str(cwd)]))
-    for name in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "AUTOTUNE_FLAGS"):
+    for name in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "AUTOTUNE_FLAGS",
+                 "TRITON_DEFAULT_FP_FUSION"):
         env.pop(name, None)
     return env
 
@@ -191,6 +192,9 @@ def test_update_from_nothing_writes_every_fusion(tuned):
     assert f"autotune: {CACHE}: 3 entries; 3 added, 0 removed, 0 changed" \
         in result.output
     assert "+ add_one_kernel [n=20;" in result.output
+    # The plugin sets Triton's FP fusion default as the Bazel macro does:
+    # no UserWarning about it, and the same Triton keys on both paths.
+    assert "TRITON_DEFAULT_FP_FUSION is unset" not in result.output
     report = json.loads((project / "report.json").read_text())
     assert report["tuned"] == 3 and report["written"] is True
     assert report["candidate_benchmarks"] == 6
@@ -246,7 +250,7 @@ def test_update_of_a_subset_keeps_other_entries(project):
         (sig,) = [s for k, s in before if k == kept]
         assert after[kept, sig] == before[kept, sig]
     assert "--autotune-prune-unused ignored, not a full run" in result.output
-    assert "2 tuned" in result.output
+    assert "autotune: 2 re-measured, 0 hits, 0 missed;" in result.output
 
 
 def test_update_tunes_only_missing_and_stale_fusions(project):
@@ -281,7 +285,7 @@ def test_update_on_an_unchanged_tree_measures_nothing(project):
     result = run_pytest(project, *PLUGIN, "--autotune-update=all",
                         "test_kernels.py")
     assert result.returncode == 0, result.output
-    assert "0 hits, 3 tuned" in result.output
+    assert "autotune: 3 re-measured, 0 hits, 0 missed;" in result.output
     assert "(update=all " in result.output
 
 
@@ -903,11 +907,22 @@ def test_the_pytest_extra_installs_pytest_and_the_docs_say_so():
     extra = project["optional-dependencies"]["pytest"]
     assert extra == ["pytest>=8"]
     assert int(pytest.__version__.split(".")[0]) >= 8
-    with open(os.path.join(ROOT, "docs", "getting-started.md")) as f:
-        text = f.read()
-    assert "pip install '/path/to/rules_autotune[pytest]'" in text
-    assert "pip install torch --index-url https://download.pytorch.org/" \
-        "whl/cpu" in text
+    # One install line, the same in the README and getting started, that
+    # a CPU user can copy: torch's CPU build first, then the package with
+    # every extra a newcomer needs (each one pyproject.toml declares).
+    lines = []
+    for page in ("README.md", os.path.join("docs", "getting-started.md")):
+        with open(os.path.join(ROOT, page)) as f:
+            lines.append([line for line in f.read().splitlines()
+                          if line.startswith("pip install ")])
+    assert lines[0] == lines[1] and len(lines[0]) == 1, lines
+    torch_cpu, package = lines[0][0].split(" && ")
+    assert torch_cpu == "pip install torch --index-url " \
+        "https://download.pytorch.org/whl/cpu"
+    extras = re.fullmatch(r"pip install '/path/to/rules_autotune\[(.*)\]'",
+                          package).group(1).split(",")
+    assert extras == ["pytest", "report"]
+    assert set(extras) <= set(project["optional-dependencies"])
 
 
 def test_configs_removed_and_added_as_the_plugin_reports_them(project):
@@ -993,3 +1008,12 @@ def test_a_miss_beside_another_kernel_of_that_name_is_not_a_source_change():
     status, reason = pytest_plugin.classify_miss(
         miss, [cached.replace(key=edited)])
     assert status == "stale" and "its source changed" in reason
+
+
+def test_the_plugin_sets_the_triton_variables_the_bazel_macro_sets():
+    from autotune import pytest_plugin
+    with open(os.path.join(ROOT, "rules", "private",
+                           "gpu_autotuned_test.bzl")) as f:
+        macro = re.search(r"^COMPILE_TRITON_ENV = (\{.*\})$", f.read(),
+                          re.M).group(1)
+    assert pytest_plugin.TRITON_ENV == json.loads(macro)

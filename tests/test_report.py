@@ -507,6 +507,30 @@ def test_page_change_column_uses_the_same_run(tmp_path):
         rows[1]
 
 
+def test_page_lists_the_re_tuned_fusions_it_announces(tmp_path):
+    """An edited kernel re-tuned to the same winner: the page's headline
+    counts it and a table lists it, old and new fingerprint and winner."""
+    old = entry({16: 20.0, 32: 13.2}, 32, "n=1")
+    new = entry({16: 21.0, 32: 12.9}, 32, "n=1")
+    new = new.replace(key=new.key._replace(fingerprint="0123456789abcdef"))
+    po, pn = tmp_path / "old.textproto", tmp_path / "new.textproto"
+    codec.dump_results([old], po)
+    codec.dump_results([new], pn)
+    out = tmp_path / "r.html"
+    assert tool("report", pn, "--base", po, "-o", out) == 0
+    text = out.read_text()
+    assert "1 re-tuned (kernel or versions changed), winner(s) unchanged" \
+        in text
+    table = text.split('<table id="retuned">')[1].split("</table>")[0]
+    row = table.split("<tr>")[2]
+    assert "<td>k</td><td><code>n=1</code></td>" in row
+    assert "kernel changed (fingerprint ffffffffffffffff -&gt; " \
+        "0123456789abcdef)" in row
+    assert "<td><code>ffffffffffffffff</code></td><td><code>" \
+        "0123456789abcdef</code></td>" in row
+    assert row.count("<code>BLOCK=32 num_warps=4 num_stages=3</code>") == 2
+
+
 def regenerate_module():
     from autotune.cli import regenerate
     return regenerate

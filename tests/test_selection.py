@@ -76,6 +76,22 @@ def test_the_printed_reason_is_the_selections_own(kind, times, incumbent,
         (kind, chosen.reason.text())
 
 
+def test_a_gap_within_the_winners_own_spread_is_no_clear_margin():
+    """18.6 % slower is a clear margin only when the winner's own timings
+    vary less than that (27.6 % here: they do not)."""
+    candidates = [Candidate(SMALL, 11.86), Candidate(LARGE, 10.0)]
+    covered = selection.explain(candidates, LARGE, selection.NONE,
+                                spread=0.276)
+    assert covered.kind == selection.FASTEST
+    assert covered.text() == (
+        "fastest; runner-up BLOCK=32 num_warps=4 num_stages=3 measured "
+        "18.6% slower, within the winner's own timing spread (27.6%): not "
+        "a clear margin")
+    beaten = selection.explain(candidates, LARGE, selection.NONE,
+                               spread=0.05)
+    assert beaten.text().startswith("fastest by a clear margin: runner-up")
+
+
 def test_each_kind_says_what_decided_with_the_margin_it_applied():
     fastest = select({SMALL: 20.0, LARGE: 10.0}).reason
     assert fastest.text() == ("fastest by a clear margin: runner-up "

@@ -256,6 +256,55 @@ def test_expected_gpu_mismatch(session_factory):
     assert "regenerate" not in message
 
 
+def test_expected_gpu_mismatch_under_bazel_names_the_gpu_types_entry(
+        session_factory, monkeypatch):
+    """Under `bazel test` the line speaks of what the BUILD file says (the
+    gpu_types entry and its device), not of the flag the macro passes."""
+    monkeypatch.setenv("TEST_TARGET", "//fleet:kernels_test_h100")
+    monkeypatch.setenv("AUTOTUNE_GPU_TYPES_ENTRY", "h100")
+    with pytest.raises(autotune.AutotuneError) as err:
+        session_factory(autotune_expected_gpu="H100")
+    message = str(err.value)
+    assert message.startswith('autotune: //fleet:kernels_test_h100 is for '
+                              'gpu_types entry "h100" (device "H100"): this '
+                              'test may only run on a H100, and this run is '
+                              'on cpu/'), message
+    assert "--test_tag_filters=gpu-h100" in message
+    assert "expected_gpu" not in message and "\n" not in message
+
+
+WRONG_GPU_TEST = textwrap.dedent("""\
+    import unittest
+    import autotune
+
+    class T(unittest.TestCase):
+        def test_kernel(self):
+            autotune.session()
+
+    unittest.main()
+    """)
+
+
+def test_a_bazel_target_on_the_wrong_gpu_fails_with_one_line(tmp_path):
+    """The whole target fails, exit status 1, with the one line and no
+    traceback (unittest would print one for a SystemExit)."""
+    script = tmp_path / "kernels_test.py"
+    script.write_text(WRONG_GPU_TEST)
+    env = dict(os.environ, PYTHONPATH=ROOT, TEST_TARGET="//fleet:t_h100",
+               AUTOTUNE_FLAGS="--autotune_expected_gpu=H100 "
+               "--autotune_backend=interpreter")
+    env.pop("AUTOTUNE_GPU_TYPES_ENTRY", None)
+    run = subprocess.run([sys.executable, str(script)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = (run.stdout + run.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith('autotune: //fleet:t_h100 is for gpu_type '
+                               '"H100", or a gpu_types entry of that '
+                               'device: this test may only run on a H100'), \
+        lines
+
+
 def test_unknown_option(session_factory):
     with pytest.raises(autotune.AutotuneError, match="unknown option"):
         session_factory(no_such_flag=1)

@@ -50,8 +50,16 @@ def test_update_all_after_an_upgrade_replaces_the_entries(upgraded):
     assert f"3 hit(s) {advice}" in result.output
     assert "--autotune-update=all" in result.output
 
+    # The load line counts them among the usable entries, said apart.
+    assert "usable on cpu/triton-interpreter/triton-" \
+        f"{triton_version()}: 3 (0 tuned under this Triton, 3 under " \
+        "another: hits" in result.output, result.output
+
     result = run_pytest(upgraded, *PLUGIN, "--autotune-update=all")
     assert result.returncode == 0, result.output
+    # A deliberate re-measure reads as one, not as misses.
+    assert "autotune: 3 re-measured, 0 hits, 0 missed;" in result.output, \
+        result.output
     entries = codec.load_results(str(cache))
     assert len(entries) == 3, [e.key for e in entries]
     assert {e.key.device for e in entries} == {

@@ -28,10 +28,12 @@
    (--test_tag_filters=gpu-h100 for one pool's dumps) is built, not run,
    and skipped: its cache is left as it is, or, when other targets that
    write to it ran, updated from their dumps without removing entries.
-   Under `bazel run`, the nested bazel commands use the output base of the
-   `bazel` that started regenerate (a custom --output_base included), so
-   they talk to the same server; --bazel_startup_arg adds other startup
-   options.
+   Under `bazel run`, the nested bazel commands get the startup options
+   the `bazel` that started regenerate was given on its command line
+   (--output_user_root, --output_base, ...: read from its server's
+   command line), so they talk to the same server and nothing restarts
+   it; one it cannot read back (--host_jvm_args) is named in a note, to
+   be given with --bazel_startup_arg, which adds startup options.
 3. Merges the dumps of each cache (tag `autotune_cache=PATH`) into the file,
    by the rule every update of a cache file follows
    (autotune/cache/update.py), pruned on the dumps' devices:
@@ -609,6 +611,79 @@ def calling_output_base(workspace, env=None, path=None):
     return [f"--output_base={head}"]
 
 
+# Startup options Bazel's client turns into other server arguments (JVM
+# flags, the client's own behaviour): the server's command line cannot
+# give them back as the user wrote them.
+_CLIENT_ONLY_STARTUP = {"host_jvm_args", "host_jvm_profile", "host_jvm_debug",
+                        "batch", "bazelrc", "server_javabase",
+                        "client_debug", "home_rc", "system_rc",
+                        "workspace_rc", "ignore_all_rc_files"}
+
+
+def _unescape_option_source(text):
+    # Bazel's client escapes `_`, `=` and `:` in --option_sources.
+    return re.sub(r"_([UEC])", lambda m: {"U": "_", "E": "=", "C": ":"}[
+        m.group(1)], text)
+
+
+def server_startup_options(output_base):
+    """(startup options, names it cannot give back) of the command line
+    that started the Bazel server of output_base, read from its
+    server/cmdline: the options given on the command line (those of an rc
+    file the nested commands read again by themselves), with their values
+    as the server got them. None when the file is not there."""
+    try:
+        with open(os.path.join(output_base, "server", "cmdline"), "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    if "-jar" in argv:  # the JVM's own arguments come before the jar
+        argv = argv[argv.index("-jar") + 2:]
+    sources = next((a.partition("=")[2] for a in argv
+                    if a.startswith("--option_sources=")), "")
+    fields = sources.split(":") if sources else []
+    from_command_line = [_unescape_option_source(name) for name, source
+                         in zip(fields[0::2], fields[1::2]) if not source]
+    options, unreadable = [], []
+    for name in from_command_line:
+        given = [a for a in argv if a in (f"--{name}", f"--no{name}")
+                 or a.startswith(f"--{name}=")]
+        if given and name not in _CLIENT_ONLY_STARTUP:
+            options.extend(given)
+        else:
+            unreadable.append(name)
+    return options, unreadable
+
+
+def calling_startup_options(workspace, env=None, path=None):
+    """The startup options of the `bazel run` that started regenerate, for
+    every nested bazel command, so that they talk to the same server: a
+    nested command whose startup options differ (`bazel
+    --output_user_root=X run ...` without it) restarts the server, and
+    the user's next command restarts it again. Read from the server's
+    command line (server_startup_options); when that cannot be read, its
+    --output_base alone (calling_output_base). Returns (options, a
+    one-line note naming what to pass by hand, or None)."""
+    base = calling_output_base(workspace, env, path)
+    if not base:
+        return [], None
+    output_base = base[0].partition("=")[2]
+    found = server_startup_options(output_base)
+    if found is None:
+        return base, None
+    options, unreadable = found
+    if not any(o.startswith("--output_base=") for o in options):
+        options = base + options
+    note = None
+    if unreadable:
+        note = ("regenerate: note: the calling bazel's startup option(s) "
+                + ", ".join(f"--{n}" for n in unreadable) + " cannot be "
+                "read back from its server; pass each with "
+                "--bazel_startup_arg=... (after `--`), or the nested bazel "
+                "commands restart the server")
+    return options, note
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -631,8 +706,8 @@ def main(argv=None):
                         "build:/test: lines, --remote_executor=...)")
     parser.add_argument("--bazel_startup_arg", action="append", default=[],
                         help="startup option for every bazel command "
-                        "(before the command); under `bazel run` the "
-                        "output base of the calling bazel is passed "
+                        "(before the command); under `bazel run` those "
+                        "of the calling bazel's command line are passed "
                         "already")
     parser.add_argument("--gpu_type", metavar="DEVICE",
                         help="say which dump targets need a machine whose "
@@ -661,8 +736,10 @@ def main(argv=None):
     # stands; paths are resolved against the workspace root.
     cwd = here if os.path.abspath(here).startswith(
         workspace + os.sep) else workspace
-    bazel = [args.bazel] + calling_output_base(workspace) \
-        + args.bazel_startup_arg
+    calling, note = calling_startup_options(workspace)
+    if note and not args.bazel_startup_arg:
+        print(note, file=sys.stderr)
+    bazel = [args.bazel] + calling + args.bazel_startup_arg
     placeholders = []
     try:
         query_args = QueryArgs(args.bazel_arg)  # notes said once

@@ -61,6 +61,10 @@ class Reason(NamedTuple):
     # After a beaten incumbent: the contest's reason among the rest, when
     # it chose another config than the one that beat the incumbent.
     then: object = None
+    # The winner's own timing spread (provenance.timing_spread: its
+    # timings' interquartile range over their median), where known: a gap
+    # it covers is no clear margin.
+    spread: Optional[float] = None
 
     def text(self):
         """One line; config values are escaped (log.printable): it is
@@ -72,6 +76,12 @@ class Reason(NamedTuple):
         if self.kind == FASTEST:
             if rival is None:
                 return "fastest"
+            if self.gap > self.margin and self.spread and \
+                    self.gap <= self.spread:
+                return (f"fastest; runner-up {rival} measured "
+                        f"{self.gap:.1%} slower, within the winner's own "
+                        f"timing spread ({self.spread:.1%}): not a clear "
+                        "margin")
             if self.gap > self.margin:
                 return (f"fastest by a clear margin: runner-up {rival} "
                         f"measured {self.gap:.1%} slower")
@@ -116,13 +126,14 @@ class Reason(NamedTuple):
 
 
 def explain(candidates, winner, incumbent=UNKNOWN, incumbent_config=None,
-            tuner="", rule=DEFAULT_RULE, contest_rule=None):
+            tuner="", rule=DEFAULT_RULE, contest_rule=None, spread=None):
     """The Reason `winner` (a Config) won among `candidates` (Candidates
     with the times the selection saw). incumbent: UNKNOWN (an entry read
     from a file), NONE (none, or one that did not run correctly: the
     contest decided), KEPT or REPLACED (beaten head to head);
     incumbent_config: the replaced one, where known; tuner: the entry's provenance.tuner (nearest-shape
-    and pruned entries were not measured)."""
+    and pruned entries were not measured); spread: the winner's own timing
+    spread (provenance.timing_spread), which a clear margin must beat."""
     contest_rule = contest_rule or DEFAULT_CONTEST
     ok = [c for c in candidates if c.ok]
     if not ok:
@@ -164,7 +175,8 @@ def explain(candidates, winner, incumbent=UNKNOWN, incumbent_config=None,
         # order two configs within noise unlike their pooled medians.
         reason = Reason(FASTEST, rival.config, gap, equivalent)
     return reason._replace(
-        rival_larger=rival.config.sort_key > winner.sort_key)
+        rival_larger=rival.config.sort_key > winner.sort_key,
+        spread=spread or None)
 
 
 class TuneResult:
@@ -613,11 +625,14 @@ def reselect(evaluator, result, incumbent=None, rule=DEFAULT_RULE):
         ignored=getattr(backend_of(evaluator), "ignored_config_fields",
                         ()))
     evaluator.finish()
-    out = TuneResult(selection.candidates, selection.best,
-                     result.spread if selection.best.config ==
-                     result.best.config else 0.0,
+    spread = result.spread if selection.best.config == \
+        result.best.config else 0.0
+    reason = selection.reason
+    if isinstance(reason, Reason):
+        reason = reason._replace(spread=spread or None)
+    out = TuneResult(selection.candidates, selection.best, spread,
                      result.seconds + time.perf_counter() - start,
-                     result.tuner, selection.reason)
+                     result.tuner, reason)
     out.duels = selection.duels
     return out
 

@@ -260,8 +260,8 @@ def _comparison_html(comparison):
     parts = [f"<h2>Against the base: {len(comparison.changed)} winner(s) "
              f"changed, {len(comparison.added)} added, "
              f"{len(comparison.removed)} removed"
-             + (f", {retuned} re-tuned (kernel changed), winner(s) "
-                "unchanged" if retuned else "") + "</h2>"]
+             + (f", {retuned} re-tuned (kernel or versions changed), "
+                "winner(s) unchanged" if retuned else "") + "</h2>"]
     if comparison.changed:
         parts.append('<table id="changed"><tr><th>kernel</th>'
                      "<th>signature</th><th>old winner</th><th>old time "
@@ -281,6 +281,8 @@ def _comparison_html(comparison):
                 f"{_pct(change)}</td><td>{_esc(change['text'])}</td>"
                 f"<td>{_esc(text)}</td></tr>")
         parts.append("</table>")
+    if comparison.retuned:
+        parts.append(_retuned_table(comparison))
     for title, keys, side, css in (("Added", comparison.added,
                                     comparison.new, "added"),
                                    ("Removed", comparison.removed,
@@ -300,6 +302,29 @@ def _comparison_html(comparison):
                          "</tr>")
         parts.append("</table>")
     return "".join(parts)
+
+
+def _retuned_table(comparison):
+    """The fusions tuned again under a new key (an edited kernel's new
+    fingerprint, a new Triton) whose winner stayed: old and new key, old
+    and new winner with their times (each stored by its own run)."""
+    rows = ['<h3>Re-tuned</h3><table id="retuned"><tr><th>kernel</th>'
+            "<th>signature</th><th>what changed</th><th>old fingerprint"
+            "</th><th>new fingerprint</th><th>old winner</th><th>old time "
+            "(stored)</th><th>new winner</th><th>new time</th></tr>"]
+    for fid in comparison.retuned:
+        old, new = comparison.base[fid], comparison.new[fid]
+        rows.append(
+            f"<tr><td>{_esc(fid[1])}</td><td><code>{_esc(fid[2])}</code>"
+            f"</td><td>{_esc(summary.key_change(old, new))}</td>"
+            f"<td><code>{_esc(old.key.fingerprint)}</code></td>"
+            f"<td><code>{_esc(new.key.fingerprint)}</code></td>"
+            f"<td><code>{_esc(old.best.short())}</code></td>"
+            f'<td class="num">{_us(old.run_time_us)}</td>'
+            f"<td><code>{_esc(new.best.short())}</code></td>"
+            f'<td class="num">{_us(new.run_time_us)}</td></tr>')
+    rows.append("</table>")
+    return "".join(rows)
 
 
 def build_page(sources, base=None, base_name=None, title=None,

@@ -29,7 +29,8 @@ def winner_reason(entry, incumbent=selection.UNKNOWN, incumbent_config=None):
     file). kind is one of REASONS; config values in the text are escaped."""
     reason = selection.explain(entry.candidates, entry.best, incumbent,
                                incumbent_config,
-                               tuner=entry.provenance.tuner)
+                               tuner=entry.provenance.tuner,
+                               spread=entry.provenance.timing_spread)
     return reason.kind, reason.text()
 
 

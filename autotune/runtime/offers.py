@@ -6,7 +6,9 @@ be deleted from a list after it won. A cached winner is used only if the
 current decoration offers it (its config list after pruning, as Triton
 prunes, or its search space); otherwise the entry is stale and re-tuned.
 Configs added to a list leave the entry a hit, with the added configs
-counted as never measured (an update measures just those).
+counted as never measured, per fusion (an update measures those, beside
+the winner, its runner-up and the first offered config, so that the
+figures the entry shows compare times of one run).
 """
 from autotune.errors import CacheFileError
 

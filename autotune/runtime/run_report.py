@@ -43,12 +43,21 @@ def summary_line(sess):
         line += (f"; {n} entries tuned with {what} {then}, running {now}:"
                  " regenerate --retune refreshes them")
     if s.unmeasured_configs:
-        line += (f"; {s.unmeasured_configs} offered config(s) never "
-                 "measured (an update measures them)")
+        line += ("; " + unmeasured_text(s.unmeasured_configs,
+                                        s.unmeasured_fusions)
+                 + "; an update measures them")
     compiled = triton_cache.counts_report()
     if compiled is not None:
         line += "; " + triton_cache.counts_text(compiled)
     return line
+
+
+def unmeasured_text(configs, fusions):
+    """How many offered configs hits never measured, said per fusion: one
+    config added to a list two fusions use counts twice."""
+    return (f"{configs} offered config(s) never measured, counted per "
+            f"fusion: {fusions} fusion(s) (a config added to a list counts "
+            "once for each fusion it serves)")
 
 
 def fusion_records(sess):

@@ -59,7 +59,11 @@ class Stats:
         # (component, tuned with, running) -> hits tuned under another
         # major.minor (--autotune_version_match=loose)
         self.version_drift = collections.Counter()
-        self.unmeasured_configs = 0  # offered configs hits never measured
+        # Offered configs hits never measured, counted per fusion (a config
+        # added to a list counts once for each fusion it serves), and the
+        # fusions that offer any.
+        self.unmeasured_configs = 0
+        self.unmeasured_fusions = 0
         self.seeded = 0  # misses tuned from the nearest entries' winners
         self.seed_saved_benchmarks = 0  # what those seeds spared
 
@@ -84,6 +88,7 @@ class Stats:
                      "entries": n} for (what, then, now), n in
                     sorted(self.version_drift.items())],
                 "unmeasured_configs": self.unmeasured_configs,
+                "unmeasured_fusions": self.unmeasured_fusions,
                 "seeded": self.seeded,
                 "seed_saved_benchmarks": self.seed_saved_benchmarks}
 
@@ -219,15 +224,8 @@ class Session:
                 f"{stamp.DOCS})")
 
     def _check_expected_gpu(self):
-        want = self.options.autotune_expected_gpu
-        if want and want.lower() not in self.device_key.lower():
-            raise AutotuneError(
-                f"--autotune_expected_gpu={want} (what gpu_types = gpu_type("
-                f"device = \"{want}\") on a gpu_autotuned_test sets): this "
-                f"test may only run on a {want}, and this run is on "
-                f"{self.device_key}. Run it on a {want} (the target is "
-                f"tagged gpu-{want.lower()}, for --test_tag_filters), or "
-                f"drop its device (the flag) to let it run on other devices")
+        check_expected_gpu(self.options.autotune_expected_gpu,
+                           self.device_key)
 
     def _load(self, path):
         if not os.path.exists(path):
@@ -245,16 +243,20 @@ class Session:
                                       sorted(loaded.by_device.items()))
                             or "none")
         line = (f"autotune: loaded {path}: {len(loaded.entries)} entries "
-                f"({devices}); usable on {self.device_key}: {usable}")
+                f"({devices}); usable on {self.device_key}: ")
         other_triton = 0
         if self.options.autotune_version_match == "loose":
             mine = freshness.without_triton(self.device_key)
             other_triton = sum(
                 n for d, n in loaded.by_device.items()
                 if d != self.device_key and freshness.without_triton(d) == mine)
+        # Entries of another Triton are hits too (loose matching): counted
+        # among the usable ones, and said apart.
+        line += str(usable + other_triton)
         if other_triton:
-            line += (f", and {other_triton} tuned under another Triton "
-                     "(hits: --autotune_version_match=loose)")
+            line += (f" ({usable} tuned under this Triton, {other_triton} "
+                     "under another: hits by --autotune_version_match="
+                     "loose)")
         elif loaded.entries and not usable:
             line += " -- none for this device, every fusion will miss"
         self.load_reports.append({"path": path,
@@ -317,7 +319,7 @@ class Session:
             found = self._verdict(key, offer, self.cache.lookup(key))
             if found.top_up:
                 return self._top_up(key, found.entry,
-                                    list(found.unmeasured), tune_fn)
+                                    list(found.unmeasured), tune_fn, offer)
             if found.usable:
                 self._count_hit(key, found.entry, found.source,
                                 len(found.unmeasured))
@@ -389,21 +391,14 @@ class Session:
         return not self.options.autotune_retune and \
             self.incumbent_for(key) is not None
 
-    def _top_up(self, key, entry, unmeasured, tune_fn):
+    def _top_up(self, key, entry, unmeasured, tune_fn, offer=None):
         """An update of a hit whose decoration offers configs it never
         measured: those are measured with its winner as the incumbent (not
-        the whole list again), and their times join the entry's."""
-        tuned = tune_fn([], [entry.best] + unmeasured)
+        the whole list again), beside what the entry's figures compare
+        (top_up_configs), and their times join the entry's."""
+        tuned = tune_fn([], top_up_configs(entry, unmeasured, offer))
         spent = tuned.provenance.tuning_seconds
-        if tuned.best == entry.best:
-            # The winner stays, its entry as it was but for the new times.
-            new = [c for c in tuned.candidates if c.config in unmeasured]
-            tuned = entry.replace(candidates=entry.candidates + tuple(new))
-        else:
-            measured = {c.config for c in tuned.candidates}
-            tuned = tuned.replace(candidates=tuple(
-                c for c in entry.candidates if c.config not in measured)
-                + tuple(tuned.candidates))
+        tuned = topped_up(entry, tuned)
         tuned = tuned.replace(candidates=sorted(
             tuned.candidates, key=lambda c: c.config.sort_key))
         self.stats.tuned += 1
@@ -434,6 +429,7 @@ class Session:
             self.stats.fusions[key]["tuned_with"] = f"{drift[0]} {drift[1]}"
         if unmeasured:
             self.stats.unmeasured_configs += unmeasured
+            self.stats.unmeasured_fusions += 1
             self.stats.fusions[key]["unmeasured_configs"] = unmeasured
         self.stats.saved_seconds += _saved_by(entry)
         self.cache.remember(entry, key)
@@ -612,6 +608,94 @@ def _check_output_path(flag, path):
                             "name")
 
 
+# The gpu_types entry a gpu_autotuned_test target was made for (its key
+# in gpu_types), when the macro says so: the wrong-device line names it.
+GPU_TYPES_ENTRY_ENV = "AUTOTUNE_GPU_TYPES_ENTRY"
+
+
+class WrongDeviceError(AutotuneError):
+    """A gpu_type / gpu_types target on a device it does not accept."""
+
+
+def wrong_device_line(target, want, device_key, entry=None):
+    """The one line a Bazel test target on the wrong GPU fails with, in the
+    words of the BUILD file (gpu_types entry or gpu_type), not of the flag
+    the macro passes for it."""
+    if entry:
+        declared = f'gpu_types entry "{entry}" (device "{want}")'
+        tag = f"gpu-{entry.lower()}"
+    else:
+        declared = f'gpu_types = gpu_type(device = "{want}")'
+        tag = "gpu-<type>"
+    return (f"autotune: {target} is for {declared}: this test may only run "
+            f"on a {want}, and this run is on {device_key}; run each "
+            f"machine's own type only (bazel test //... "
+            f"--test_tag_filters={tag} on a {want}; CPU CI: its CPU "
+            f"type's tag)")
+
+
+def check_expected_gpu(want, device_key):
+    """Refuses a device whose key does not contain `want`
+    (--autotune_expected_gpu, which each gpu_types entry's device sets)."""
+    if not want or want.lower() in device_key.lower():
+        return
+    target = os.environ.get("TEST_TARGET")
+    if target:
+        raise WrongDeviceError(wrong_device_line(
+            target, want, device_key, os.environ.get(GPU_TYPES_ENTRY_ENV)))
+    raise WrongDeviceError(
+        f"--autotune_expected_gpu={want} (what gpu_types = gpu_type("
+        f"device = \"{want}\") on a gpu_autotuned_test sets): this test "
+        f"may only run on a {want}, and this run is on {device_key}. Run "
+        f"it on a {want} (the target is tagged gpu-{want.lower()}, for "
+        f"--test_tag_filters), or drop its device (the flag) to let it "
+        f"run on other devices")
+
+
+def top_up_configs(entry, unmeasured, offer=None):
+    """What an update measures of a hit whose decoration offers configs
+    it never measured: those, and, so that the figures the entry shows
+    compare times of one run, its winner (the incumbent), its stored
+    runner-up (the winner's "measured N% slower" rival) and the first
+    offered config (the baseline of "Nx the first offered config")."""
+    ok = sorted((c for c in entry.candidates if c.ok and
+                 c.config != entry.best),
+                key=lambda c: (c.run_time_us, c.config.sort_key))
+    first = offer.pruned[0] if offer is not None and offer.pruned else None
+    configs = [entry.best] + list(unmeasured)
+    for config in ([ok[0].config] if ok else []) + [first]:
+        if config is not None and config not in configs:
+            configs.append(config)
+    return configs
+
+
+def topped_up(entry, tuned):
+    """The entry after a top-up: this run's winner, time and provenance,
+    every config it measured with this run's time, the others' stored
+    times kept; the baseline (default_run_time_us) kept when this run
+    did not measure the first offered config."""
+    measured = {c.config for c in tuned.candidates}
+    provenance = tuned.provenance
+    if not provenance.default_run_time_us:
+        provenance = provenance._replace(
+            default_run_time_us=entry.provenance.default_run_time_us)
+    return tuned.replace(
+        candidates=tuple(c for c in entry.candidates
+                         if c.config not in measured)
+        + tuple(tuned.candidates), provenance=provenance)
+
+
+def _exit_on_wrong_device(error):
+    """Under `bazel test`, a target on the wrong device fails whole with
+    its one line and exit status 1, not with a traceback from inside the
+    test that met the first kernel (a test framework would catch a
+    SystemExit and print one)."""
+    sys.stderr.write(str(error) + "\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(1)
+
+
 _SESSION = None
 _SESSION_LOCK = threading.Lock()
 
@@ -623,7 +707,12 @@ def session():
         with _SESSION_LOCK:
             if _SESSION is None:
                 options = flags.from_environment()
-                _SESSION = Session(options)
+                try:
+                    _SESSION = Session(options)
+                except WrongDeviceError as e:
+                    if os.environ.get("TEST_TARGET"):
+                        _exit_on_wrong_device(e)
+                    raise
     return _SESSION
 
 
