@@ -307,6 +307,10 @@ ENV_VARS = (
     EnvVar("AUTOTUNE_COMPILED_KERNEL_DIRS", FOR_YOU, "import autotune",
            "The compiled-kernel folders (--autotune_compiled_kernels) for "
            "the Triton cache manager of this process and its children."),
+    EnvVar("AUTOTUNE_REQUIRE_COMPILED_KERNELS", FOR_YOU, "import autotune",
+           "1: --require_compiled_kernels, carried to the Triton cache "
+           "manager of this process and its children (a kernel compiled "
+           "there is an error)."),
     EnvVar("AUTOTUNE_REMOTE_CACHE_PASSWORD", REMOTE, "you, or the CI secret",
            "The remote cache's password (never a flag or in the URL)."),
     EnvVar("AUTOTUNE_REMOTE_CACHE_PASSWORD_FILE", REMOTE, "you",
