@@ -128,15 +128,10 @@ FLAGS = (
     FlagSpec(
         "autotune_remote_cache", "string", None,
         "redis://HOST:PORT/DB (rediss:// for TLS), its settings as URL "
-        "parameters (?prefix=NAME&expiry_s=N&timeout_s=S&password_file=PATH"
-        "&ca_file=PATH): a shared cache looked up after the per-fusion "
+        "parameters (?mode=read&prefix=NAME&expiry_s=N&timeout_s=S"
+        "&password_file=PATH&ca_file=PATH): a shared cache looked up after the per-fusion "
         "directory. The password comes from AUTOTUNE_REMOTE_CACHE_PASSWORD "
         "or a file, never from a flag or the URL.", group=REMOTE),
-    FlagSpec(
-        "autotune_remote_cache_mode", "enum", "update",
-        "update: publish tuned fusions (first writer wins); read: never "
-        "write to the remote.", enum_values=("update", "read"),
-        group=REMOTE),
     FlagSpec(
         "autotune_compile_check", "string", None,
         "Comma-separated GPU targets (sm_90,sm_80): before measuring a "
@@ -215,15 +210,20 @@ FLAGS = (
 class URLParameter:
     """One setting of the remote cache, a parameter of its URL."""
     name: str
-    kind: str  # string, integer, float
+    kind: str  # string, integer, float, enum
     default: object
     help: str
     path: bool = False
+    enum_values: tuple = ()
 
 
 # The remote cache's settings: --autotune_remote_cache=URL?NAME=VALUE&...
 # (autotune/cache/remote.py parses them).
 REMOTE_URL_PARAMETERS = (
+    URLParameter("mode", "enum", "update",
+                 "update: publish tuned fusions (first writer wins); read: "
+                 "never write to the remote.",
+                 enum_values=("update", "read")),
     URLParameter("prefix", "string", "autotune",
                  "Namespace of the remote keys: PREFIX:vKEY_VERSION:... (1 "
                  "to 64 letters, digits or _ . - /)."),
@@ -249,6 +249,7 @@ REMOVED_FLAGS = {
     "autotune_remote_cache_timeout_s": "timeout_s",
     "autotune_remote_cache_password_file": "password_file",
     "autotune_remote_cache_ca_file": "ca_file",
+    "autotune_remote_cache_mode": "mode",
 }
 
 
@@ -306,6 +307,10 @@ ENV_VARS = (
     EnvVar("AUTOTUNE_COMPILED_KERNEL_DIRS", FOR_YOU, "import autotune",
            "The compiled-kernel folders (--autotune_compiled_kernels) for "
            "the Triton cache manager of this process and its children."),
+    EnvVar("AUTOTUNE_REQUIRE_COMPILED_KERNELS", FOR_YOU, "import autotune",
+           "1: --require_compiled_kernels, carried to the Triton cache "
+           "manager of this process and its children (a kernel compiled "
+           "there is an error)."),
     EnvVar("AUTOTUNE_REMOTE_CACHE_PASSWORD", REMOTE, "you, or the CI secret",
            "The remote cache's password (never a flag or in the URL)."),
     EnvVar("AUTOTUNE_REMOTE_CACHE_PASSWORD_FILE", REMOTE, "you",

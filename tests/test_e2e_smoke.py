@@ -306,8 +306,8 @@ def test_regenerate_takes_a_config_of_test_lines(smoke):
 
 def test_a_cached_pass_reruns_when_the_runner_stamp_changes(smoke,
                                                            tmp_path):
-    """The workspace's .bazelrc passes AUTOTUNE_RUNNER_STAMP to the tests
-    (--test_env): a cached pass stands while the stamp stays, and the test
+    """A gpu_autotuned_test target inherits AUTOTUNE_RUNNER_STAMP from the
+    client (env_inherit, no .bazelrc line): a cached pass stands while the stamp stays, and the test
     runs again when the stamp's Triton version changes, as after an
     upgrade (here the stamp alone changes: the test then fails saying the
     stamp does not describe the runner). Back to the first stamp, the

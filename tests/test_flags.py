@@ -42,7 +42,6 @@ EXPECTED_DEFAULTS = {
     "autotune_verbosity": "normal",
     "autotune_fail_if_sharded": False,
     "autotune_remote_cache": None,
-    "autotune_remote_cache_mode": "update",
     "autotune_compile_check": None,
     "autotune_compile_jobs": 0,
     "autotune_compiled_kernels": [],
@@ -85,18 +84,18 @@ def test_parsed_values_have_the_option_types():
     opts = flags.parse(
         "--autotune_compile_jobs=5 "
         "--autotune_distributed_timeout_s=2 --autotune_workers=2 "
-        "--autotune_dropin --autotune_remote_cache_mode=read", env={})
+        "--autotune_dropin --autotune_verbosity=quiet", env={})
     assert opts.autotune_compile_jobs == 5
     assert isinstance(opts.autotune_compile_jobs, int)
     assert opts.autotune_distributed_timeout_s == 2.0
     assert isinstance(opts.autotune_distributed_timeout_s, float)
     assert opts.autotune_workers == 2
     assert opts.autotune_dropin is True
-    assert opts.autotune_remote_cache_mode == "read"
+    assert opts.autotune_verbosity == "quiet"
     with pytest.raises(flags.AutotuneFlagsError, match="compile_jobs"):
         flags.parse("--autotune_compile_jobs=-1", env={})
-    with pytest.raises(flags.AutotuneFlagsError, match="remote_cache_mode"):
-        flags.parse("--autotune_remote_cache_mode=write", env={})
+    with pytest.raises(flags.AutotuneFlagsError, match="verbosity"):
+        flags.parse("--autotune_verbosity=loud", env={})
 
 
 def test_every_path_flag_is_resolved():

@@ -123,14 +123,14 @@ def test_password_sources(tmp_path):
 
 def test_settings_travel_in_the_url(tmp_path):
     """Every setting is a URL parameter; a path may start with
-    TEST_WORKSPACE/; the mode is the one other flag."""
+    TEST_WORKSPACE/."""
     options = flags.parse(
-        "--autotune_remote_cache=rediss://h:1/0?prefix=x&expiry_s=60"
-        "&timeout_s=0.25&password_file=TEST_WORKSPACE/pw&ca_file=ca.pem "
-        "--autotune_remote_cache_mode=read",
+        "--autotune_remote_cache=rediss://h:1/0?mode=read&prefix=x"
+        "&expiry_s=60&timeout_s=0.25&password_file=TEST_WORKSPACE/pw"
+        "&ca_file=ca.pem",
         {"TEST_SRCDIR": "/r", "TEST_WORKSPACE": "ws"})
     url = cache_remote.parse_url(options.autotune_remote_cache)
-    assert (options.autotune_remote_cache_mode, url.prefix, url.expiry_s,
+    assert (url.mode, url.prefix, url.expiry_s,
             url.timeout_s, url.password_file, url.ca_file) == (
         "read", "x", 60, 0.25, "TEST_WORKSPACE/pw", "ca.pem")
     assert str(url) == "rediss://h:1/0?prefix=x"
@@ -152,13 +152,14 @@ def test_settings_travel_in_the_url(tmp_path):
 
 
 @pytest.mark.parametrize("query, why", [
+    ("mode=write", "mode must be one of update, read"),
     ("expiry_s=-1", "expiry_s must be a whole number >= 0"),
     ("expiry_s=1.5", "expiry_s must be a whole number >= 0"),
     ("timeout_s=0", "timeout_s must be a number > 0"),
     ("timeout_s=nan", "timeout_s must be a number > 0"),
     ("ca_file=", "ca_file is empty"),
     ("prefix=a&prefix=b", "'prefix' is given twice"),
-    ("db=1", "unknown URL parameter 'db' (understood: prefix, expiry_s, "
+    ("db=1", "unknown URL parameter 'db' (understood: mode, prefix, expiry_s, "
              "timeout_s, password_file, ca_file)"),
 ])
 def test_a_bad_url_setting_is_one_line_naming_it(query, why):
@@ -234,19 +235,9 @@ def test_prefix_from_the_url(session_factory, server, redis_db):
         RemoteCache(server.url + "?prefix=team-a", prefix="other")
 
 
-def test_remote_options_without_a_url_are_reported(session_factory, capsys):
-    session_factory(autotune_remote_cache_mode="read")
-    err = capsys.readouterr().err
-    assert "warning: --autotune_remote_cache_mode given without " \
-        "--autotune_remote_cache: this run has no remote cache" in err
-    session_factory()
-    assert "no remote cache" not in capsys.readouterr().err
-
-
 def test_read_mode_writes_nothing(session_factory, server, redis_db,
                                   tmp_path):
-    sess = session_factory(autotune_remote_cache=server.url,
-                           autotune_remote_cache_mode="read")
+    sess = session_factory(autotune_remote_cache=server.url + "?mode=read")
     tuned = tk.make_tuner()
     tk.run(tuned, 40)
     tk.run(tuned, 72)
@@ -258,8 +249,7 @@ def test_read_mode_writes_nothing(session_factory, server, redis_db,
     session_factory(autotune_remote_cache=server.url)
     tk.run(tk.make_tuner(), 40)
     assert len(_remote_keys(redis_db)) == 1
-    sess = session_factory(autotune_remote_cache=server.url,
-                           autotune_remote_cache_mode="read",
+    sess = session_factory(autotune_remote_cache=server.url + "?mode=read",
                            per_fusion_autotune_cache_dir=str(tmp_path),
                            autotune_cache_mode="read")
     tk.run(tk.make_tuner(), 40)

@@ -76,11 +76,11 @@ GROUP_TEXT = {
     "remote": (
         "One flag names the cache and carries its settings as URL "
         "parameters, "
-        "`--autotune_remote_cache=redis://HOST:PORT/DB?prefix=team&"
-        "timeout_s=0.5`; a second gives the mode. The flags "
-        "`--autotune_remote_cache_prefix`, `_expiry_s`, `_timeout_s`, "
-        "`_password_file` and `_ca_file` of earlier releases stop with one "
-        "line naming the URL form.\n\n"),
+        "`--autotune_remote_cache=redis://HOST:PORT/DB?mode=read&"
+        "prefix=team&timeout_s=0.5`. The flags "
+        "`--autotune_remote_cache_mode`, `_prefix`, `_expiry_s`, "
+        "`_timeout_s`, `_password_file` and `_ca_file` of earlier releases "
+        "stop with one line naming the URL form.\n\n"),
 }
 
 FOOTER = """

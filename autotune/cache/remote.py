@@ -5,9 +5,10 @@ per-fusion directory:
 
     --autotune_remote_cache=redis://HOST:PORT/DB      (rediss:// for TLS)
     --autotune_remote_cache=redis://HOST:PORT/DB?prefix=team&timeout_s=0.5
+    --autotune_remote_cache=redis://HOST:PORT/DB?mode=read   (never write)
 
 Its settings are parameters of the URL (flags.REMOTE_URL_PARAMETERS:
-prefix, expiry_s, timeout_s, password_file, ca_file), so one value
+mode, prefix, expiry_s, timeout_s, password_file, ca_file), so one value
 configures it.
 
 Keys are `PREFIX:vKEY_VERSION:KERNEL.HASH`, the hash being the one that
@@ -62,13 +63,15 @@ class RemoteURL:
     """A parsed redis:// or rediss:// URL and its settings (None: not
     given). str() never shows a password, nor a setting but the prefix."""
 
-    __slots__ = ("scheme", "host", "port", "db", "username", "prefix",
-                 "expiry_s", "timeout_s", "password_file", "ca_file")
+    __slots__ = ("scheme", "host", "port", "db", "username", "mode",
+                 "prefix", "expiry_s", "timeout_s", "password_file",
+                 "ca_file")
 
-    def __init__(self, scheme, host, port, db, username=None, prefix=None,
-                 expiry_s=None, timeout_s=None, password_file=None,
-                 ca_file=None):
+    def __init__(self, scheme, host, port, db, username=None, mode=None,
+                 prefix=None, expiry_s=None, timeout_s=None,
+                 password_file=None, ca_file=None):
         self.scheme, self.host, self.port = scheme, host, port
+        self.mode = mode
         self.db, self.username, self.prefix = db, username, prefix
         self.expiry_s, self.timeout_s = expiry_s, timeout_s
         self.password_file, self.ca_file = password_file, ca_file
@@ -158,6 +161,11 @@ def _setting(parameter, value, shown):
     parameter (never quoting a path or a value that does not parse)."""
     if parameter.name == "prefix":
         return check_prefix(value, shown)
+    if parameter.kind == "enum":
+        if value not in parameter.enum_values:
+            raise RemoteCacheError(f"{shown}: {parameter.name} must be one "
+                                   f"of {', '.join(parameter.enum_values)}")
+        return value
     if parameter.kind == "integer":
         if not value.isdigit():
             raise RemoteCacheError(f"{shown}: {parameter.name} must be a "
@@ -286,11 +294,11 @@ class RemoteCache:
     """The remote tier of one run: lookups and set-if-absent publishing,
     with every fault turned into local behaviour and counted."""
 
-    def __init__(self, url, mode="update", prefix=None, expiry_s=None,
+    def __init__(self, url, mode=None, prefix=None, expiry_s=None,
                  timeout_s=None, password=None, ca_file=None, client=None,
                  log=None):
         """The URL's settings, unless given here (a test's or a tool's)."""
-        if mode not in MODES:
+        if mode is not None and mode not in MODES:
             raise RemoteCacheError(f"unknown remote cache mode {mode!r}; "
                                    f"expected one of {', '.join(MODES)}")
         self.url = url if isinstance(url, RemoteURL) else parse_url(url)
@@ -300,7 +308,7 @@ class RemoteCache:
         self.prefix = check_prefix(prefix or self.url.prefix
                                    or DEFAULT_PREFIX)
         self.display = str(self.url)
-        self.mode = mode
+        self.mode = _first(mode, self.url.mode, MODES[0])
         self.expiry_s = int(_first(expiry_s, self.url.expiry_s, 0))
         if self.expiry_s < 0:
             raise RemoteCacheError("remote cache expiry must be >= 0 seconds")
@@ -328,8 +336,7 @@ class RemoteCache:
                     getattr(url, name), env, f"autotune_remote_cache ({name})"))
         except AutotuneFlagsError as e:
             raise RemoteCacheError(f"{url}: {e}") from None
-        return cls(url, mode=options.autotune_remote_cache_mode,
-                   password=read_password(url.password_file, env))
+        return cls(url, password=read_password(url.password_file, env))
 
     def key_name(self, key):
         return key_name(key, self.prefix)

@@ -152,9 +152,7 @@ class Session:
                 self.options.per_fusion_autotune_cache_dir,
                 self.options.autotune_cache_mode)
         remote = None
-        if not self.options.autotune_remote_cache:
-            self._warn_remote_options_without_url()
-        else:
+        if self.options.autotune_remote_cache:
             from autotune.cache import remote as cache_remote# imports redis: only if set
             try:
                 remote = cache_remote.RemoteCache.from_options(self.options)
@@ -197,17 +195,6 @@ class Session:
                 f"{total}: each shard would see only part of the fusions. "
                 f"Run `bazel test {target} --test_sharding_strategy=disabled`"
                 f", or `{REGENERATE_COMMAND}`, which does.")
-
-    def _warn_remote_options_without_url(self):
-        """Remote options with no URL do nothing: say so once (an empty
-        URL variable in a CI job should not pass unnoticed)."""
-        given = [f"--{spec.name}" for spec in flags.FLAGS
-                 if spec.name.startswith("autotune_remote_cache_")
-                 and getattr(self.options, spec.name) != spec.default]
-        if given:
-            log.warning(f"autotune: warning: {', '.join(given)} given "
-                        "without --autotune_remote_cache: this run has no "
-                        "remote cache")
 
     def _check_runner_stamp(self):
         """A stamp that does not describe this runner is an error (it keys
