@@ -375,5 +375,9 @@ def _run(tasks, jobs):
             f"{result['config']}: "
             + (f"{result['seconds']:.1f} s" if result["ok"]
                else result["failure"])))
+    # Always in spawned processes (apart): this one may have imported
+    # Triton under its interpreter (TRITON_INTERPRET=1 in a test's
+    # environment), whose jit functions a GPU compile cannot use (Triton
+    # 3.5 stops at importing its code generator).
     return compile_requests.run_pool(_build, tasks, jobs,
-                                     done=finished)
+                                     done=finished, apart=True)

@@ -439,11 +439,9 @@ def mismatch(request, entry, modules=None, full_names=None):
                 parsed.options[key] != want:
             return (f"compile request has {key}={parsed.options[key]}, the "
                     f"winner {key}={want}")
-    version = entry.provenance.triton_version
-    if version and request.triton_version and \
-            request.triton_version != version:
-        return (f"compile request recorded under Triton "
-                f"{request.triton_version}, the entry tuned under {version}")
+    # No version rule here: a winner's launch under another Triton is the
+    # same config's launch, recorded with that Triton's version; compile
+    # builds only the running Triton's requests (refusal).
     return None
 
 

@@ -17,11 +17,16 @@ def dump_entries(sess):
 
 def _with_compile_requests(sess, entry):
     """`entry` holding the requests this run recorded for its winner
-    when it holds none (a cache written before they were recorded);
-    an entry that holds some keeps them as they are, so a run that
-    changes nothing writes its file back byte for byte."""
+    when it holds none under this run's Triton (a cache written before
+    they were recorded, or under another Triton: each version's requests
+    sit side by side, and `autotune_cache compile` builds the running
+    Triton's); an entry that holds some of this Triton's keeps them as
+    they are, so a run that changes nothing writes its file back byte
+    for byte."""
     seen = sess.compile_requests.get(entry.key)
-    if not seen or entry.compile_requests:
+    held = {r.triton_version for r in entry.compile_requests}
+    seen = [r for r in seen or () if r.triton_version not in held]
+    if not seen:
         return entry
     try:
         return _joined_requests(entry, seen)
@@ -32,8 +37,8 @@ def _with_compile_requests(sess, entry):
 
 
 def _joined_requests(entry, seen):
-    requests = tuple(sorted(
-        r for r in seen if compile_requests.mismatch(r, entry) is None))
+    requests = tuple(sorted(set(entry.compile_requests) | {
+        r for r in seen if compile_requests.mismatch(r, entry) is None}))
     return entry.replace(compile_requests=requests) if requests \
         else entry
 
