@@ -5,6 +5,7 @@ from autotune import codec
 from autotune.cache import update as cache_update
 from autotune.errors import AutotuneError, CacheFileError
 from autotune.measure import compile_requests
+from autotune.runtime.freshness import without_triton
 
 
 def dump_entries(sess):
@@ -23,9 +24,9 @@ def _with_compile_requests(sess, entry):
     Triton's); an entry that holds some of this Triton's keeps them as
     they are, so a run that changes nothing writes its file back byte
     for byte."""
-    seen = sess.compile_requests.get(entry.key)
     held = {r.triton_version for r in entry.compile_requests}
-    seen = [r for r in seen or () if r.triton_version not in held]
+    seen = [r for r in _recorded_for(sess, entry.key)
+            if r.triton_version not in held]
     if not seen:
         return entry
     try:
@@ -34,6 +35,20 @@ def _with_compile_requests(sess, entry):
         # Its stored candidates do not decode: the update measures the
         # fusion again and records the requests then.
         return entry
+
+
+def _recorded_for(sess, key):
+    """The requests this run recorded under `key`, or under the key it
+    asked that an entry tuned under another Triton answered (the device
+    key names the Triton version: the hit's key is the entry's, the
+    launch's is this run's)."""
+    loose = (without_triton(key.device),) + tuple(key[1:])
+    found = {}
+    for asked, requests in sess.compile_requests.items():
+        if asked == key or \
+                (without_triton(asked.device),) + tuple(asked[1:]) == loose:
+            found.update(requests)
+    return list(found)
 
 
 def _joined_requests(entry, seen):
