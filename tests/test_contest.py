@@ -53,18 +53,24 @@ def configs(n):
     return [Config({"BLOCK": 16 * (i + 1)}, num_warps=4) for i in range(n)]
 
 
-def tune(monkeypatch, true_us, noise, seed, time_fn=None,
-         contest_rule=selection.DEFAULT_CONTEST):
+def evaluator_of(monkeypatch, bench, time_fn=None):
+    """An evaluator on a GPU backend whose do_bench is `bench`: launching a
+    config makes it the one `bench` times."""
     import triton.testing
-    bench = FakeDoBench(true_us, noise, seed)
     monkeypatch.setattr(triton.testing, "do_bench", bench)
     y = torch.zeros(4)
 
     def launch(config):
         bench.current = config
         y.fill_(1.0)
-    evaluator = tuner.CandidateEvaluator(gpu_backend(), launch, {"y": y},
-                                         time_fn=time_fn)
+    return tuner.CandidateEvaluator(gpu_backend(), launch, {"y": y},
+                                    time_fn=time_fn)
+
+
+def tune(monkeypatch, true_us, noise, seed, time_fn=None,
+         contest_rule=selection.DEFAULT_CONTEST):
+    bench = FakeDoBench(true_us, noise, seed)
+    evaluator = evaluator_of(monkeypatch, bench, time_fn)
     result = tuner.run_candidates(evaluator, list(true_us),
                                   contest_rule=contest_rule)
     return result, bench
@@ -159,18 +165,10 @@ def test_a_callers_timing_is_always_asked_for_full_calls(monkeypatch):
         current = bench_holder[0].current
         return backends.Timing([bench_holder[0].true_us[current]] * 3)
     bench_holder = []
-    import triton.testing
     true_us = near_tie(8, random.Random(1))
     bench = FakeDoBench(true_us, 0.02, 1)
     bench_holder.append(bench)
-    monkeypatch.setattr(triton.testing, "do_bench", bench)
-    y = torch.zeros(4)
-
-    def launch(config):
-        bench.current = config
-        y.fill_(1.0)
-    evaluator = tuner.CandidateEvaluator(gpu_backend(), launch, {"y": y},
-                                         time_fn=time_fn)
+    evaluator = evaluator_of(monkeypatch, bench, time_fn)
     assert not evaluator.scalable
     result = tuner.run_candidates(evaluator, list(true_us))
     assert bench.calls == []
