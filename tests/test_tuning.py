@@ -214,11 +214,20 @@ def without_reference(sess, kernel, configs, **options):
     return tuning_, said
 
 
+def three_configs_without_reference(sess, clock, times_ms, wrong):
+    """Tunes FakeKernel over BLOCK=16, 32, 64, taking `times_ms` each, with
+    no reference; the config at index `wrong` computes a wrong result.
+    Returns the configs, the kernel, the entry and the warnings."""
+    configs = [config(16), config(32), config(64)]
+    kernel = FakeKernel(clock, dict(zip(configs, times_ms)),
+                        wrong=[configs[wrong]])
+    tuning_, said = without_reference(sess, kernel, configs)
+    return configs, kernel, tuning_.run(), said
+
+
 def test_without_a_reference_a_minority_that_differs_is_dropped(sess, clock):
-    a, b, c = config(16), config(32), config(64)
-    kernel = FakeKernel(clock, {a: 2.0, b: 1.0, c: 3.0}, wrong=[b])
-    tuning_, said = without_reference(sess, kernel, [a, b, c])
-    entry = tuning_.run()
+    (a, b, c), kernel, entry, said = three_configs_without_reference(
+        sess, clock, (2.0, 1.0, 3.0), wrong=1)
     assert entry.best == a
     failures = {x.config: x.failure for x in entry.candidates}
     assert failures == {a: "NONE", b: "WRONG_RESULT", c: "NONE"}
@@ -229,10 +238,8 @@ def test_without_a_reference_a_minority_that_differs_is_dropped(sess, clock):
 
 
 def test_without_a_reference_a_wrong_first_config_is_outvoted(sess, clock):
-    wrong, a, b = config(16), config(32), config(64)
-    kernel = FakeKernel(clock, {wrong: 0.5, a: 2.0, b: 1.0}, wrong=[wrong])
-    tuning_, said = without_reference(sess, kernel, [wrong, a, b])
-    entry = tuning_.run()
+    (wrong, a, b), _, entry, said = three_configs_without_reference(
+        sess, clock, (0.5, 2.0, 1.0), wrong=0)
     assert entry.best == b
     candidates = {x.config: x for x in entry.candidates}
     assert candidates[wrong].failure == "WRONG_RESULT"
