@@ -33,17 +33,10 @@ from tests_support import (BAZEL, copy_of_smoke_workspace,  # noqa: E402
 
 pytestmark = needs_bazel
 
-BUILD = """\
+# The package of `served_test` alone (the remote cache tests use it too).
+SERVED_BUILD = """\
 load("@rules_autotune//rules:defs.bzl", "gpu_autotuned_test")
 load("@rules_python//python:defs.bzl", "py_test")
-
-gpu_autotuned_test(
-    name = "sandbox_compile_test",
-    srcs = ["sandbox_compile_test.py"],
-    main = "sandbox_compile_test.py",
-    test_rule = py_test,
-    deps = ["//:mykernels"],
-)
 
 gpu_autotuned_test(
     name = "served_test",
@@ -52,6 +45,15 @@ gpu_autotuned_test(
     autotune_cache = "compiled.textproto",
     compile_for = ["sm_90"],
     require_complete = True,
+    test_rule = py_test,
+    deps = ["//:mykernels"],
+)
+"""
+BUILD = SERVED_BUILD + """
+gpu_autotuned_test(
+    name = "sandbox_compile_test",
+    srcs = ["sandbox_compile_test.py"],
+    main = "sandbox_compile_test.py",
     test_rule = py_test,
     deps = ["//:mykernels"],
 )

@@ -43,21 +43,7 @@ from tests_support import (BAZEL, copy_of_smoke_workspace,  # noqa: E402
 pytestmark = [needs_bazel, pytest.mark.bazel, pytest.mark.slow]
 
 TARGET = "//shared:served_test"
-BUILD = """\
-load("@rules_autotune//rules:defs.bzl", "gpu_autotuned_test")
-load("@rules_python//python:defs.bzl", "py_test")
-
-gpu_autotuned_test(
-    name = "served_test",
-    srcs = ["served_test.py", "gpu_standin.py"],
-    main = "served_test.py",
-    autotune_cache = "compiled.textproto",
-    compile_for = ["sm_90"],
-    require_complete = True,
-    test_rule = py_test,
-    deps = ["//:mykernels"],
-)
-"""
+BUILD = compiled.SERVED_BUILD
 # Spawns of a replayed test that are not the test running: its test.xml
 # (generate-xml.sh) and, under `bazel coverage`, the coverage merger.
 NOT_THE_TEST = ("generate-xml", "collect_coverage", "lcov_merger")
