@@ -126,8 +126,9 @@ def _cache_with_requests(ws, path, sizes):
     assert run.returncode == 0, run.stderr[-2000:]
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def smoke_workspace_sharing_mykernels(tmp_path_factory):
+    """A copy of e2e/smoke whose //:mykernels any package may use; returns
+    its path."""
     _, ws = copy_of_smoke_workspace(tmp_path_factory.mktemp("rules_autotune"))
     root_build = os.path.join(ws, "BUILD.bazel")
     with open(root_build) as f:
@@ -135,13 +136,28 @@ def workspace(tmp_path_factory):
     with open(root_build, "w") as f:  # the new package's tests use it
         f.write(text.replace('name = "mykernels",', 'name = "mykernels",\n'
                              '    visibility = ["//visibility:public"],', 1))
+    return ws
+
+
+def write_served_package(ws, package, build, files=None):
+    """The package `package` with `build` for its BUILD file, `files` and
+    `served_test` (with the sm_90 driver stand-in) whose checked-in cache
+    holds compile requests for each size it replays; returns its path."""
     sizes = (100, 1024)  # n not divisible by 16, and divisible
-    pkg = write_package(ws, "compiled", {
-        "BUILD.bazel": BUILD, "sandbox_compile_test.py": SANDBOX_COMPILE_TEST,
+    pkg = write_package(ws, package, {
+        **(files or {}), "BUILD.bazel": build,
         "served_test.py": SERVED_TEST.replace("for n in SIZES",
                                               f"for n in {sizes!r}")})
     shutil.copy(os.path.join(HERE, "gpu_standin.py"), pkg)
     _cache_with_requests(ws, os.path.join(pkg, "compiled.textproto"), sizes)
+    return pkg
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    ws = smoke_workspace_sharing_mykernels(tmp_path_factory)
+    write_served_package(ws, "compiled", BUILD, {
+        "sandbox_compile_test.py": SANDBOX_COMPILE_TEST})
     yield ws
     suite.bazel(ws, ["shutdown"])
 
