@@ -36,14 +36,12 @@ tuner.run_candidates with a CandidateEvaluator on the gpu backend whose
 do_bench is the fake, which is what a miss on a GPU calls.
 """
 import argparse
-import contextlib
 import math
 import os
 import random
 import statistics
 import sys
 import time
-import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -173,21 +171,13 @@ class OurSide:
     def __init__(self, contest=None):
         # torch and triton: heavy, loaded once the run starts.
         import torch
-        from autotune.measure import backends, selection, tuner
+        from autotune.measure import selection, tuner
+        from autotune.measure.fake_backend import gpu_backend_without_a_gpu
         self.torch = torch
         self.tuner = tuner
         self.contest = selection.DEFAULT_CONTEST._replace(**(contest or {}))
-        self.backends = backends
+        self.gpu_backend = gpu_backend_without_a_gpu
         self.y = torch.zeros(4)
-
-    def backend(self):
-        backend = object.__new__(self.backends.GpuBackend)
-        backend.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
-            device=lambda d: contextlib.nullcontext(),
-            synchronize=lambda d=None: None))
-        backend._device = "cuda:0"
-        backend.warmup_ms, backend.rep_ms = 25.0, 100.0
-        return backend
 
     def tune(self, bench, configs):
         import triton.testing
@@ -199,8 +189,8 @@ class OurSide:
         saved = triton.testing.do_bench
         triton.testing.do_bench = bench
         try:
-            evaluator = self.tuner.CandidateEvaluator(self.backend(), launch,
-                                                      {"y": y})
+            evaluator = self.tuner.CandidateEvaluator(
+                self.gpu_backend(), launch, {"y": y})
             result = self.tuner.run_candidates(evaluator, configs,
                                                contest_rule=self.contest)
         finally:

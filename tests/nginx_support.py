@@ -7,14 +7,12 @@ import grp
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 
 import pytest
 
-from redis_support import free_port
+from redis_support import free_port, wait_until_listening
 
 NGINX = os.environ.get("AUTOTUNE_NGINX", "/usr/sbin/nginx")
 # .ci/run sets it: there a missing nginx fails the test instead of
@@ -88,20 +86,14 @@ class NginxCache:
         self._wait_ready()
 
     def _wait_ready(self):
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"nginx exited with {self.proc.returncode}: "
-                    f"{self.proc.stderr.read().decode(errors='replace')}"
-                    f"{self.error_log()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), 0.2):
-                    return
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        raise RuntimeError("nginx did not start within 10 s")
+        try:
+            wait_until_listening(
+                self.proc, self.port, "nginx", lambda: (
+                    ": " + self.proc.stderr.read().decode(errors="replace")
+                    + self.error_log()))
+        except RuntimeError:
+            self.stop()  # its folder and, if it still runs, the server
+            raise
 
     def error_log(self):
         try:

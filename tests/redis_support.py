@@ -17,6 +17,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_until_listening(proc, port, name, exit_detail=lambda: "",
+                         within_s=10):
+    """Waits until the server `proc` (called `name`) accepts connections on
+    the loopback `port`; RuntimeError if it exits first (exit_detail()
+    follows its status) or is not listening within `within_s`."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"{name} exited with {proc.returncode}{exit_detail()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), 0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"{name} did not start within {within_s} s")
+
+
 def require_redis_server():
     if shutil.which("redis-server"):
         return
@@ -49,17 +67,7 @@ class RedisServer:
         self._wait_ready()
 
     def _wait_ready(self):
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with "
-                                   f"{self.proc.returncode}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), 0.2):
-                    return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("redis-server did not start within 10 s")
+        wait_until_listening(self.proc, self.port, "redis-server")
 
     def _self_signed_certificate(self):
         if not shutil.which("openssl"):

@@ -66,14 +66,20 @@ def test_tuning_drops_configs_the_target_cannot_compile(session_factory):
     assert sess.report()["compile_rejected"] == 1
 
 
-def test_limits_of_the_target_are_checked():
-    # Compiled in a spawned process: this one runs the interpreter.
+def _compile_fits_and_variant(target, **variant):
+    """Compiles ck.FITS for `target` as it is and with `variant` applied to
+    its config, side by side; returns the two results. Compiled in spawned
+    processes: this one runs the interpreter."""
     config = {"kwargs": ck.FITS.kwargs, "num_warps": 4, "num_stages": 2}
     signature = ck.COMPILE_SIGNATURES["square_matmul_kernel"][0]
     task = ("compile_check_kernels", None, "square_matmul_kernel", signature,
-            config, ("sm_80", 80))
-    ok, many_warps = compile_check.run_tasks(
-        [task, task[:4] + (dict(config, num_warps=64),) + task[5:]], jobs=2)
+            config, target)
+    varied = task[:4] + (dict(config, **variant),) + task[5:]
+    return compile_check.run_tasks([task, varied], jobs=2)
+
+
+def test_limits_of_the_target_are_checked():
+    ok, many_warps = _compile_fits_and_variant(("sm_80", 80), num_warps=64)
     assert ok["ok"] and ok["shared"] > 0 and ok["registers"] > 0, ok
     assert not many_warps["ok"] and "2048 threads > 1024" in \
         many_warps["reason"]
@@ -89,12 +95,7 @@ def test_limits_of_the_target_are_checked():
 def test_maxnreg_reaches_the_compile():
     """A config's maxnreg caps the registers of the compiled binary (40
     without it for this tile on sm_90)."""
-    config = {"kwargs": ck.FITS.kwargs, "num_warps": 4, "num_stages": 2}
-    signature = ck.COMPILE_SIGNATURES["square_matmul_kernel"][0]
-    task = ("compile_check_kernels", None, "square_matmul_kernel", signature,
-            config, ("sm_90", 90))
-    free, capped = compile_check.run_tasks(
-        [task, task[:4] + (dict(config, maxnreg=32),) + task[5:]], jobs=2)
+    free, capped = _compile_fits_and_variant(("sm_90", 90), maxnreg=32)
     assert free["ok"] and capped["ok"], (free, capped)
     assert free["registers"] > 32 >= capped["registers"] > 0, (free, capped)
     assert capped["config"].endswith("maxnreg=32")

@@ -33,17 +33,10 @@ from tests_support import (BAZEL, copy_of_smoke_workspace,  # noqa: E402
 
 pytestmark = needs_bazel
 
-BUILD = """\
+# The package of `served_test` alone (the remote cache tests use it too).
+SERVED_BUILD = """\
 load("@rules_autotune//rules:defs.bzl", "gpu_autotuned_test")
 load("@rules_python//python:defs.bzl", "py_test")
-
-gpu_autotuned_test(
-    name = "sandbox_compile_test",
-    srcs = ["sandbox_compile_test.py"],
-    main = "sandbox_compile_test.py",
-    test_rule = py_test,
-    deps = ["//:mykernels"],
-)
 
 gpu_autotuned_test(
     name = "served_test",
@@ -52,6 +45,15 @@ gpu_autotuned_test(
     autotune_cache = "compiled.textproto",
     compile_for = ["sm_90"],
     require_complete = True,
+    test_rule = py_test,
+    deps = ["//:mykernels"],
+)
+"""
+BUILD = SERVED_BUILD + """
+gpu_autotuned_test(
+    name = "sandbox_compile_test",
+    srcs = ["sandbox_compile_test.py"],
+    main = "sandbox_compile_test.py",
     test_rule = py_test,
     deps = ["//:mykernels"],
 )
@@ -124,8 +126,9 @@ def _cache_with_requests(ws, path, sizes):
     assert run.returncode == 0, run.stderr[-2000:]
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def smoke_workspace_sharing_mykernels(tmp_path_factory):
+    """A copy of e2e/smoke whose //:mykernels any package may use; returns
+    its path."""
     _, ws = copy_of_smoke_workspace(tmp_path_factory.mktemp("rules_autotune"))
     root_build = os.path.join(ws, "BUILD.bazel")
     with open(root_build) as f:
@@ -133,13 +136,28 @@ def workspace(tmp_path_factory):
     with open(root_build, "w") as f:  # the new package's tests use it
         f.write(text.replace('name = "mykernels",', 'name = "mykernels",\n'
                              '    visibility = ["//visibility:public"],', 1))
+    return ws
+
+
+def write_served_package(ws, package, build, files=None):
+    """The package `package` with `build` for its BUILD file, `files` and
+    `served_test` (with the sm_90 driver stand-in) whose checked-in cache
+    holds compile requests for each size it replays; returns its path."""
     sizes = (100, 1024)  # n not divisible by 16, and divisible
-    pkg = write_package(ws, "compiled", {
-        "BUILD.bazel": BUILD, "sandbox_compile_test.py": SANDBOX_COMPILE_TEST,
+    pkg = write_package(ws, package, {
+        **(files or {}), "BUILD.bazel": build,
         "served_test.py": SERVED_TEST.replace("for n in SIZES",
                                               f"for n in {sizes!r}")})
     shutil.copy(os.path.join(HERE, "gpu_standin.py"), pkg)
     _cache_with_requests(ws, os.path.join(pkg, "compiled.textproto"), sizes)
+    return pkg
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    ws = smoke_workspace_sharing_mykernels(tmp_path_factory)
+    write_served_package(ws, "compiled", BUILD, {
+        "sandbox_compile_test.py": SANDBOX_COMPILE_TEST})
     yield ws
     suite.bazel(ws, ["shutdown"])
 

@@ -4,15 +4,14 @@ tie-break to the smaller config only where the timings cannot tell configs
 apart. Timed on a gpu backend whose do_bench is a seeded fake: each
 config's true time times lognormal noise that grows as a call gets
 shorter."""
-import contextlib
 import math
 import random
-import types
 
 import pytest
 import torch
 
 from autotune.measure import backends, selection, tuner
+from autotune.measure.fake_backend import gpu_backend_without_a_gpu
 from autotune.records import Config
 
 FULL_CALL_MS = 25.0 + 100.0
@@ -39,32 +38,28 @@ class FakeDoBench:
                 median * math.exp(0.674 * self.noise)]
 
 
-def gpu_backend():
-    backend = object.__new__(backends.GpuBackend)
-    backend.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
-        device=lambda d: contextlib.nullcontext(),
-        synchronize=lambda d=None: None))
-    backend._device = "cuda:0"
-    backend.warmup_ms, backend.rep_ms = 25.0, 100.0
-    return backend
-
-
 def configs(n):
     return [Config({"BLOCK": 16 * (i + 1)}, num_warps=4) for i in range(n)]
 
 
-def tune(monkeypatch, true_us, noise, seed, time_fn=None,
-         contest_rule=selection.DEFAULT_CONTEST):
+def evaluator_of(monkeypatch, bench, time_fn=None):
+    """An evaluator on a GPU backend whose do_bench is `bench`: launching a
+    config makes it the one `bench` times."""
     import triton.testing
-    bench = FakeDoBench(true_us, noise, seed)
     monkeypatch.setattr(triton.testing, "do_bench", bench)
     y = torch.zeros(4)
 
     def launch(config):
         bench.current = config
         y.fill_(1.0)
-    evaluator = tuner.CandidateEvaluator(gpu_backend(), launch, {"y": y},
-                                         time_fn=time_fn)
+    return tuner.CandidateEvaluator(gpu_backend_without_a_gpu(), launch,
+                                    {"y": y}, time_fn=time_fn)
+
+
+def tune(monkeypatch, true_us, noise, seed, time_fn=None,
+         contest_rule=selection.DEFAULT_CONTEST):
+    bench = FakeDoBench(true_us, noise, seed)
+    evaluator = evaluator_of(monkeypatch, bench, time_fn)
     result = tuner.run_candidates(evaluator, list(true_us),
                                   contest_rule=contest_rule)
     return result, bench
@@ -159,18 +154,10 @@ def test_a_callers_timing_is_always_asked_for_full_calls(monkeypatch):
         current = bench_holder[0].current
         return backends.Timing([bench_holder[0].true_us[current]] * 3)
     bench_holder = []
-    import triton.testing
     true_us = near_tie(8, random.Random(1))
     bench = FakeDoBench(true_us, 0.02, 1)
     bench_holder.append(bench)
-    monkeypatch.setattr(triton.testing, "do_bench", bench)
-    y = torch.zeros(4)
-
-    def launch(config):
-        bench.current = config
-        y.fill_(1.0)
-    evaluator = tuner.CandidateEvaluator(gpu_backend(), launch, {"y": y},
-                                         time_fn=time_fn)
+    evaluator = evaluator_of(monkeypatch, bench, time_fn)
     assert not evaluator.scalable
     result = tuner.run_candidates(evaluator, list(true_us))
     assert bench.calls == []
@@ -186,10 +173,10 @@ def test_gpu_backend_short_call_scales_warmup_and_repetitions(monkeypatch):
         calls.append((warmup, rep))
         return [0.010, 0.011, 0.012]
     monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
-    timing = gpu_backend().time(lambda: None, share=0.1)
+    timing = gpu_backend_without_a_gpu().time(lambda: None, share=0.1)
     assert calls == [(2.5, 10.0)]
     assert timing.share == 0.1
-    assert gpu_backend().time(lambda: None).share == 1.0
+    assert gpu_backend_without_a_gpu().time(lambda: None).share == 1.0
 
 
 def test_contest_weighs_a_call_by_the_share_it_asked_for():

@@ -265,6 +265,23 @@ def _children(pid):
 
 
 @pytest.mark.slow
+def _assert_workers_exit(workers, within_s=10):
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(map(process_alive, workers)):
+        time.sleep(0.05)
+    assert not any(map(process_alive, workers)), "orphaned workers live on"
+
+
+def _kill_leftovers(parent, workers):
+    """What a failed test left running: its parent process and workers."""
+    if parent.poll() is None:
+        parent.kill()
+        parent.wait()
+    for pid in workers:
+        if process_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"),
                     reason="reads a process's children from /proc (Linux)")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
@@ -290,19 +307,11 @@ def test_a_killed_tuner_leaves_no_worker_holding_its_device(tmp_path, sig):
         assert not lock.try_acquire()
         tuner.send_signal(sig)
         tuner.wait()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(map(process_alive, workers)):
-            time.sleep(0.05)
-        assert not any(map(process_alive, workers)), "orphaned workers live on"
+        _assert_workers_exit(workers)
         assert lock.try_acquire(), "a dead tuner's workers hold its device"
         lock.release()
     finally:
-        if tuner.poll() is None:
-            tuner.kill()
-            tuner.wait()
-        for pid in workers:
-            if process_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        _kill_leftovers(tuner, workers)
 
 
 @pytest.mark.slow
@@ -320,17 +329,9 @@ def test_spawned_workers_exit_when_their_pool_process_dies():
         assert all(map(process_alive, workers))
         pool.send_signal(signal.SIGKILL)
         pool.wait()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(map(process_alive, workers)):
-            time.sleep(0.05)
-        assert not any(map(process_alive, workers)), "orphaned workers live on"
+        _assert_workers_exit(workers)
     finally:
-        if pool.poll() is None:
-            pool.kill()
-            pool.wait()
-        for pid in workers:
-            if process_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        _kill_leftovers(pool, workers)
 
 
 def test_a_forked_child_does_not_hold_the_parents_lock(tmp_path):

@@ -11,7 +11,8 @@ import autotune
 from autotune import flags as autotune_flags
 from autotune.measure import backends
 from autotune.measure import selection, tuner
-from autotune.measure.fake_backend import FakeBackend
+from autotune.measure.fake_backend import (FakeBackend,
+                                            gpu_backend_without_a_gpu)
 from autotune.records import Config
 from autotune.search import evolutionary as ev
 from autotune.runtime.parallel import ParallelEvaluator
@@ -241,19 +242,6 @@ def test_gpu_workers_refuse_fork():
                           start_method="fork")
 
 
-def _fake_gpu_backend(torch_module=None):
-    """A GpuBackend built without a GPU (its __init__ asks torch for one)."""
-    import contextlib
-    import types
-    backend = object.__new__(backends.GpuBackend)
-    backend.torch = torch_module or types.SimpleNamespace(
-        cuda=types.SimpleNamespace(device=lambda d: contextlib.nullcontext(),
-                                   synchronize=lambda d=None: None))
-    backend._device = "cuda:0"
-    backend.warmup_ms, backend.rep_ms = 25.0, 100.0
-    return backend
-
-
 def test_gpu_timing_asks_do_bench_for_the_quartiles(monkeypatch):
     import triton.testing
     calls = []
@@ -263,7 +251,7 @@ def test_gpu_timing_asks_do_bench_for_the_quartiles(monkeypatch):
         calls.append((warmup, rep, tuple(quantiles)))
         return [0.010, 0.012, 0.020]
     monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
-    timing = _fake_gpu_backend().time(lambda: None)
+    timing = gpu_backend_without_a_gpu().time(lambda: None)
     # Not the extremes: one slow outlier must not widen the noise estimate.
     assert calls == [(25.0, 100.0, (0.25, 0.5, 0.75))]
     assert timing.median_us == pytest.approx(12.0)
@@ -316,7 +304,7 @@ def test_gpu_timing_of_an_in_place_kernel_times_the_kernel_alone():
     set-up clamped to 0."""
     import types
     clock = _FakeCudaClock(kernel_ms=0.003, setup_ms=0.060)
-    backend = _fake_gpu_backend(clock.torch)
+    backend = gpu_backend_without_a_gpu(clock.torch)
     flushed = []
     backend._flush_buffer = lambda: types.SimpleNamespace(
         zero_=lambda: flushed.append(1))
@@ -382,7 +370,7 @@ def _timed_on_a_fake_clock(monkeypatch, kernel_ms, share):
                         _triton_like_do_bench(clock))
     monkeypatch.setattr(backends, "time", types.SimpleNamespace(
         perf_counter=lambda: clock.now / 1e3))
-    backend = _fake_gpu_backend(clock.torch)
+    backend = gpu_backend_without_a_gpu(clock.torch)
     backend._flush_buffer = lambda: types.SimpleNamespace(zero_=lambda: None)
     return backend.time(run, share=share), clock, backend
 
@@ -458,7 +446,7 @@ def _tune_with_realistic_spread(monkeypatch, seed):
     def launch(config):
         current[0] = config.kwargs["BLOCK"]
         y.fill_(1.0)
-    evaluator = tuner.CandidateEvaluator(_fake_gpu_backend(), launch,
+    evaluator = tuner.CandidateEvaluator(gpu_backend_without_a_gpu(), launch,
                                          {"y": y}, name="realistic")
     configs = [Config({"BLOCK": b}) for b in true_us]
     result = tuner.run_candidates(evaluator, configs)

@@ -244,33 +244,17 @@ def test_the_pytest_ini_key_sets_version_matching(pytester, monkeypatch):
 def test_verify_names_a_winner_no_longer_offered_and_configs_never_measured(
         tmp_path, monkeypatch, capsys):
     from autotune.cli import cache_tool
-    dump = tmp_path / "c.textproto"
-    module = tmp_path / "kernels_v.py"
-    module.write_text(
-        "import tiny_kernels as tk\nfrom autotune import Config\n"
-        "TUNED = tk.make_tuner(tk.GOOD)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    import kernels_v
-    entry_of = {}
-    for best, others in ((A, [B]), (B, [A])):
-        key = autotune.records.CacheKey(
-            "cpu/test", "axpb_kernel", kernels_v.TUNED.fingerprint,
-            f"n={len(entry_of) + 1}")
-        entry_of[best] = autotune.records.Entry(
-            key, best, 1.0, [autotune.records.Candidate(best, 1.0)],
-            autotune.records.Provenance(triton_version="2.1.0"))
-    codec.dump_results(list(entry_of.values()), str(dump))
+    dump, module = _tree_cache(
+        tmp_path, monkeypatch, "kernels_v",
+        provenance=autotune.records.Provenance(triton_version="2.1.0"))
     assert cache_tool.main(["verify", str(dump), "--kernel_module",
                             "kernels_v"]) == 0
     out = capsys.readouterr().out
     assert "[n=1] on cpu/test: 1 offered config(s) never measured" in out
     assert "verify: ok (2 offered config(s) never measured" in out
     assert "2 entries tuned with Triton 2.1, running " in out
-    kernels_v.TUNED.configs[:] = [A, C]  # B deleted from the list
-    assert cache_tool.main(["verify", str(dump), "--kernel_module",
-                            "kernels_v"]) == 1
-    out = capsys.readouterr().out
+    status, out = _verify_without_b(dump, module, capsys)
+    assert status == 1
     assert "[n=2] on cpu/test: stale: config no longer offered (" in out
     assert "1 stale: regenerate" in out
 
@@ -399,14 +383,22 @@ def _tree_cache(tmp_path, monkeypatch, name, provenance=None, device=None):
     return dump, module
 
 
+def _verify_without_b(dump, module, capsys):
+    """Deletes B from the configs the module's kernel offers, then verifies
+    the cache against the module; returns verify's status and output."""
+    from autotune.cli import cache_tool
+    module.TUNED.configs[:] = [A, C]
+    status = cache_tool.main(["verify", str(dump), "--kernel_module",
+                              module.__name__])
+    return status, capsys.readouterr().out
+
+
 def test_the_prune_verify_advises_drops_a_winner_no_longer_offered(
         tmp_path, monkeypatch, capsys):
     from autotune.cli import cache_tool
     dump, module = _tree_cache(tmp_path, monkeypatch, "kernels_p")
-    module.TUNED.configs[:] = [A, C]  # B deleted from the list
-    assert cache_tool.main(["verify", str(dump), "--kernel_module",
-                            "kernels_p"]) == 1
-    out = capsys.readouterr().out
+    status, out = _verify_without_b(dump, module, capsys)
+    assert status == 1
     assert "[n=2] on cpu/test: stale: config no longer offered (" in out
     assert "--stale --kernel_module M" in out
     pruned = tmp_path / "pruned.textproto"

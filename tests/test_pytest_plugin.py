@@ -155,6 +155,16 @@ def entries_of(path):
             for e in codec.load_results(str(path))}
 
 
+def add_an_unused_entry(cache):
+    """Adds to the cache an entry of `unused_kernel`, which no test meets;
+    returns the cache's path."""
+    entries = list(codec.load_results(str(cache)))
+    other = entries[0].replace(key=entries[0].key._replace(
+        kernel="unused_kernel"))
+    codec.dump_results(entries + [other], str(cache))
+    return cache
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     """The project tuned from nothing: `pytest --autotune-update` with no
@@ -233,11 +243,7 @@ def test_load_serves_every_fusion_without_benchmarks(project):
 def test_update_of_a_subset_keeps_other_entries(project):
     # An entry no test meets, and the double_kernel entry, must survive a
     # run that only selects add_one tests.
-    cache = project.path / CACHE
-    entries = list(codec.load_results(str(cache)))
-    other = entries[0].replace(key=entries[0].key._replace(
-        kernel="unused_kernel"))
-    codec.dump_results(entries + [other], str(cache))
+    cache = add_an_unused_entry(project.path / CACHE)
     before = entries_of(cache)
     # With xdist: the controller, which collects nothing, must still see
     # that -k narrows the run.
@@ -297,11 +303,7 @@ def test_update_creates_the_cache_directory(bare):
 
 
 def test_prune_unused_on_a_full_run(project):
-    cache = project.path / CACHE
-    entries = list(codec.load_results(str(cache)))
-    other = entries[0].replace(key=entries[0].key._replace(
-        kernel="unused_kernel"))
-    codec.dump_results(entries + [other], str(cache))
+    cache = add_an_unused_entry(project.path / CACHE)
     result = run_pytest(project, *PLUGIN, "--autotune-update",
                         "--autotune-prune-unused")
     assert result.returncode == 0, result.output

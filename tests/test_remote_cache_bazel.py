@@ -37,27 +37,12 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import run_example_suite as suite  # noqa: E402
 import test_compiled_kernels_bazel as compiled  # noqa: E402
 from nginx_support import NginxCache, require_nginx  # noqa: E402
-from tests_support import (BAZEL, copy_of_smoke_workspace,  # noqa: E402
-                           needs_bazel, write_package)
+from tests_support import BAZEL, needs_bazel  # noqa: E402
 
 pytestmark = [needs_bazel, pytest.mark.bazel, pytest.mark.slow]
 
 TARGET = "//shared:served_test"
-BUILD = """\
-load("@rules_autotune//rules:defs.bzl", "gpu_autotuned_test")
-load("@rules_python//python:defs.bzl", "py_test")
-
-gpu_autotuned_test(
-    name = "served_test",
-    srcs = ["served_test.py", "gpu_standin.py"],
-    main = "served_test.py",
-    autotune_cache = "compiled.textproto",
-    compile_for = ["sm_90"],
-    require_complete = True,
-    test_rule = py_test,
-    deps = ["//:mykernels"],
-)
-"""
+BUILD = compiled.SERVED_BUILD
 # Spawns of a replayed test that are not the test running: its test.xml
 # (generate-xml.sh) and, under `bazel coverage`, the coverage merger.
 NOT_THE_TEST = ("generate-xml", "collect_coverage", "lcov_merger")
@@ -81,25 +66,12 @@ def nginx():
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory, nginx):
-    _, ws = copy_of_smoke_workspace(tmp_path_factory.mktemp("rules_autotune"))
-    root_build = os.path.join(ws, "BUILD.bazel")
-    with open(root_build) as f:
-        text = f.read()
-    with open(root_build, "w") as f:  # the new package's test uses it
-        f.write(text.replace('name = "mykernels",', 'name = "mykernels",\n'
-                             '    visibility = ["//visibility:public"],', 1))
+    ws = compiled.smoke_workspace_sharing_mykernels(tmp_path_factory)
     with open(os.path.join(ws, ".bazelrc"), "a") as f:
         f.write("# Runners share the remote cache only with the same "
                 "action keys: one PATH for every action.\n"
                 f"build --action_env=PATH={fixed_path()}\n")
-    sizes = (100, 1024)
-    pkg = write_package(ws, "shared", {
-        "BUILD.bazel": BUILD,
-        "served_test.py": compiled.SERVED_TEST.replace(
-            "for n in SIZES", f"for n in {sizes!r}")})
-    shutil.copy(os.path.join(HERE, "gpu_standin.py"), pkg)
-    compiled._cache_with_requests(ws, os.path.join(pkg, "compiled.textproto"),
-                                  sizes)
+    compiled.write_served_package(ws, "shared", BUILD)
     output_bases = []
     yield ws, output_bases
     for base in output_bases:

@@ -62,14 +62,21 @@ def test_a_kernel_under_tritons_autotuner_is_still_ours():
                                    None, None))
 
 
-def test_the_autotuning_listener_hears_every_decision(session_factory,
-                                                      tmp_path, monkeypatch):
+@pytest.fixture
+def heard(monkeypatch):
+    """The fields of every call to Triton's autotuning listener (skips on a
+    Triton that has none)."""
     knobs = pytest.importorskip("triton.knobs")
     if not hasattr(knobs.autotuning, "listener"):
         pytest.skip("this Triton has no autotuning listener")
-    heard = []
+    calls = []
     monkeypatch.setattr(knobs.autotuning, "listener",
-                        lambda **fields: heard.append(fields))
+                        lambda **fields: calls.append(fields))
+    return calls
+
+
+def test_the_autotuning_listener_hears_every_decision(session_factory,
+                                                      tmp_path, heard):
     dump = tmp_path / "c.textproto"
     sess = session_factory(dump_autotune_results_to=str(dump))
     tk.run(tk.make_tuner(tk.GOOD), 40)
@@ -118,13 +125,7 @@ def test_pruning_to_nothing_keeps_tritons_sentence_and_notes_the_kernel(
 
 
 def test_pruned_to_one_config_calls_no_listener_and_prints_nothing(
-        session_factory, monkeypatch, capsys):
-    knobs = pytest.importorskip("triton.knobs")
-    if not hasattr(knobs.autotuning, "listener"):
-        pytest.skip("this Triton has no autotuning listener")
-    heard = []
-    monkeypatch.setattr(knobs.autotuning, "listener",
-                        lambda **fields: heard.append(fields))
+        session_factory, heard, monkeypatch, capsys):
     monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
     session_factory()
     one = {"early_config_prune": lambda configs, nargs, **kw: configs[:1]}

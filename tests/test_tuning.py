@@ -203,19 +203,31 @@ def test_the_launch_setup_runs_before_every_launch(sess, clock):
     assert kernel.setups == kernel.launches == 8  # 2 x (checked + 3 timed)
 
 
-def said_by(tuning_options):
+def without_reference(sess, kernel, configs, **options):
+    """A miss of `kernel` over `configs` with no reference to check the
+    results against; returns it and the list of (what, text) warnings it
+    gives."""
     said = []
-    tuning_options["warn_once"] = lambda what, text: said.append((what,
-                                                                 text))
-    return said
+    tuning_ = miss(sess, kernel, configs=configs, reference=None,
+                   warn_once=lambda what, text: said.append((what, text)),
+                   **options)
+    return tuning_, said
+
+
+def three_configs_without_reference(sess, clock, times_ms, wrong):
+    """Tunes FakeKernel over BLOCK=16, 32, 64, taking `times_ms` each, with
+    no reference; the config at index `wrong` computes a wrong result.
+    Returns the configs, the kernel, the entry and the warnings."""
+    configs = [config(16), config(32), config(64)]
+    kernel = FakeKernel(clock, dict(zip(configs, times_ms)),
+                        wrong=[configs[wrong]])
+    tuning_, said = without_reference(sess, kernel, configs)
+    return configs, kernel, tuning_.run(), said
 
 
 def test_without_a_reference_a_minority_that_differs_is_dropped(sess, clock):
-    a, b, c = config(16), config(32), config(64)
-    kernel = FakeKernel(clock, {a: 2.0, b: 1.0, c: 3.0}, wrong=[b])
-    options = {"configs": [a, b, c], "reference": None}
-    said = said_by(options)
-    entry = miss(sess, kernel, **options).run()
+    (a, b, c), kernel, entry, said = three_configs_without_reference(
+        sess, clock, (2.0, 1.0, 3.0), wrong=1)
     assert entry.best == a
     failures = {x.config: x.failure for x in entry.candidates}
     assert failures == {a: "NONE", b: "WRONG_RESULT", c: "NONE"}
@@ -226,11 +238,8 @@ def test_without_a_reference_a_minority_that_differs_is_dropped(sess, clock):
 
 
 def test_without_a_reference_a_wrong_first_config_is_outvoted(sess, clock):
-    wrong, a, b = config(16), config(32), config(64)
-    kernel = FakeKernel(clock, {wrong: 0.5, a: 2.0, b: 1.0}, wrong=[wrong])
-    options = {"configs": [wrong, a, b], "reference": None}
-    said = said_by(options)
-    entry = miss(sess, kernel, **options).run()
+    (wrong, a, b), _, entry, said = three_configs_without_reference(
+        sess, clock, (0.5, 2.0, 1.0), wrong=0)
     assert entry.best == b
     candidates = {x.config: x for x in entry.candidates}
     assert candidates[wrong].failure == "WRONG_RESULT"
@@ -270,9 +279,7 @@ def test_scratch_that_differs_by_config_keeps_every_config(sess, clock):
     configs = [config(4), config(8), config(16), config(32), config(64)]
     kernel = ScratchKernel(clock, {c: 5.0 - i for i, c in
                                    enumerate(configs)})
-    options = {"configs": configs, "reference": None}
-    said = said_by(options)
-    tuning_ = miss(sess, kernel, **options)
+    tuning_, said = without_reference(sess, kernel, configs)
     entry = tuning_.run()
     assert all(x.ok for x in entry.candidates)
     assert entry.best == configs[-1]
@@ -356,10 +363,9 @@ def test_with_outputs_named_the_first_config_stays_the_reference(sess,
                                                                  clock):
     wrong, a, b = config(16), config(32), config(64)
     kernel = FakeKernel(clock, {}, wrong=[wrong])
-    options = {"configs": [wrong, a, b], "reference": None,
-               "outputs": ["y"]}
-    said = said_by(options)
-    entry = miss(sess, kernel, **options).run()
+    tuning_, said = without_reference(sess, kernel, [wrong, a, b],
+                                      outputs=["y"])
+    entry = tuning_.run()
     assert entry.best == wrong
     assert [what for what, _ in said] == ["reference"]
     assert "its first config that ran (BLOCK=16" in said[0][1]

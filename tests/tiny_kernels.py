@@ -42,5 +42,20 @@ def run(tuned, n, alpha=2.0):
     return x, y
 
 
+def used_config(tuned, n):
+    """The short form of the config `tuned` uses at size n."""
+    x = torch.zeros(n)
+    return tuned.lookup_config(x, x, n, 2.0).short()
+
+
+def run_sizes(tuned, sizes):
+    """Runs `tuned` at each size; returns {size: the config it used}."""
+    used = {}
+    for n in sizes:
+        run(tuned, n)
+        used[n] = used_config(tuned, n)
+    return used
+
+
 # A module-level tuned kernel: worker processes find it by name.
 AXPB = make_tuner(GOOD)

@@ -8,9 +8,11 @@ what each launch says it took) and answers every other question of the
 interface from its constructor's arguments: its name (say "gpu" to take
 the GPU paths), its torch device, device key and versions.
 """
+import contextlib
 import time
+import types
 
-from autotune.measure.backends import Backend, Timing
+from autotune.measure.backends import Backend, GpuBackend, Timing
 
 FAKE_VERSIONS = {"triton_version": "fake", "torch_version": "fake",
                  "cuda_version": ""}
@@ -67,3 +69,17 @@ class FakeBackend(Backend):
                         repetitions=len(samples))
         self.timing_ledger().add(timing)
         return timing
+
+
+def gpu_backend_without_a_gpu(torch_module=None):
+    """The real GpuBackend on cuda:0, built without the GPU its __init__
+    asks torch for: its timing is Triton's do_bench, which the caller
+    replaces. torch_module stands in for torch (by default one whose
+    cuda.device and cuda.synchronize do nothing)."""
+    backend = object.__new__(GpuBackend)
+    backend.torch = torch_module or types.SimpleNamespace(
+        cuda=types.SimpleNamespace(device=lambda d: contextlib.nullcontext(),
+                                   synchronize=lambda d=None: None))
+    backend._device = "cuda:0"
+    backend.warmup_ms, backend.rep_ms = 25.0, 100.0
+    return backend

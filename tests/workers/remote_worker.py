@@ -20,11 +20,6 @@ if cache_dir != "-":
     options["per_fusion_autotune_cache_dir"] = cache_dir
 sess = autotune.configure(**options)
 tuned = tk.make_tuner()
-used = {}
-for n in sizes:
-    tk.run(tuned, n)
-    import torch
-    x = torch.zeros(n)
-    used[n] = tuned.lookup_config(x, x, n, 2.0).short()
+used = tk.run_sizes(tuned, sizes)
 print(json.dumps({"used": used, "stats": sess.stats.as_dict(),
                   "remote": sess.cache.remote.report()}))

@@ -14,10 +14,5 @@ import tiny_kernels as tk  # noqa: E402
 cache_dir, sizes = sys.argv[1], [int(s) for s in sys.argv[2:]]
 autotune.configure(per_fusion_autotune_cache_dir=cache_dir)
 tuned = tk.make_tuner()
-used = {}
-for n in sizes:
-    tk.run(tuned, n)
-    import torch
-    x = torch.zeros(n)
-    used[n] = tuned.lookup_config(x, x, n, 2.0).short()
+used = tk.run_sizes(tuned, sizes)
 print(json.dumps(used))
