@@ -1,4 +1,4 @@
-"""Compiling configs for a target GPU on the CPU (autotune/measure/compile_check.py):
+"""Compiling configs for a target GPU on the CPU (autotune/binaries/compile_check.py):
 the command line, the tuning option, the target's limits."""
 import os
 import subprocess
@@ -10,7 +10,7 @@ import triton
 
 import autotune
 import compile_check_kernels as ck
-from autotune.measure import compile_check
+from autotune.binaries import compile_check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -230,7 +230,7 @@ def test_verify_with_kernel_modules_flags_a_request_naming_another_module(
 
 
 def test_mismatch_compares_the_whole_name():
-    from autotune.measure import compile_requests
+    from autotune.binaries import compile_requests
     from autotune.records import CompileRequest
 
     class Entry:
@@ -341,7 +341,7 @@ def test_a_request_for_a_kernel_bound_under_another_name_is_built(
         tmp_path, monkeypatch):
     """A request names the Python function (`add_one`); the module's kernel
     made of it (`add_one_kernel`) is what is built."""
-    from autotune.measure import compile_requests
+    from autotune.binaries import compile_requests
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     from autotune.records import CompileRequest
     request = CompileRequest(

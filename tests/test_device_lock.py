@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from autotune.measure import device_lock, lock_files
+from autotune.host import device_lock, lock_files
 from autotune.measure.fake_backend import FakeBackend
 
 from tests_support import process_alive

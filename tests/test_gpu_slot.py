@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import gpu_slot  # noqa: E402
-from autotune.measure import device_lock, lock_files  # noqa: E402
+from autotune.host import device_lock, lock_files  # noqa: E402
 
 WRAPPER = os.path.join(ROOT, "tools", "gpu_slot.py")
 JOB = os.path.join(HERE, "workers", "slot_job.py")

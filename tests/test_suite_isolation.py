@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from autotune.measure import device_lock, lock_files
+from autotune.host import device_lock, lock_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -30,7 +30,7 @@ LOCK_USING_TESTS = (
 
 HOLD_HOST_LOCK = """
 import sys, time
-from autotune.measure import device_lock
+from autotune.host import device_lock
 lock = device_lock.FileLock(sys.argv[1])
 lock.acquire()
 print("held", flush=True)
