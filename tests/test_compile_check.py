@@ -287,7 +287,7 @@ def test_pool_workers_die_with_their_parent():
     from tests_support import process_alive
     parent = subprocess.Popen(
         [sys.executable, "-c", "import time\n"
-         "from autotune.measure import compile_requests\n"
+         "from autotune.binaries import compile_requests\n"
          "compile_requests.run_pool(time.sleep, [120, 120], 2)"],
         cwd=ROOT, env=_env())
     try:

@@ -477,7 +477,7 @@ def _read_only_run(directory, code):
 def test_a_read_only_lock_directory_is_one_line(tmp_path):
     locks = tmp_path / "locks"
     locks.mkdir()
-    code = ("from autotune.measure import device_lock\n"
+    code = ("from autotune.host import device_lock\n"
             "turn = device_lock.DeviceTurn(identity='gpu-x', "
             f"directory={str(locks)!r})\n"
             "try:\n"
