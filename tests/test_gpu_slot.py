@@ -267,7 +267,7 @@ def test_a_fifo_directory_or_hard_link_slot_file_is_one_line(tmp_path,
 
 
 def test_a_read_only_lock_directory_is_one_line(tmp_path):
-    from test_device_lock import _read_only_run
+    from test_lock_files import _read_only_run
     env = _env(tmp_path, AUTOTUNE_GPU_SLOT_DEVICES="1")
     locks = env["AUTOTUNE_LOCK_DIR"]
     os.makedirs(locks)
