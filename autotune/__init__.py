@@ -23,7 +23,7 @@ except ModuleNotFoundError as _missing:
         "under Bazel point --@rules_autotune//:python_deps at a py_library "
         "that provides it (see docs/bazel.md#python-packages)") from None
 from autotune.measure import backends as _backends
-from autotune.measure import triton_cache as _triton_cache
+from autotune.binaries import triton_cache as _triton_cache
 
 
 _BACKEND, _DROPIN, _COMPILED, _REQUIRE_COMPILED = \
@@ -55,8 +55,8 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-_SUBMODULES = ("cache", "cli", "codec", "errors", "flags", "keys", "kernels",
-               "measure", "records", "runtime", "search")
+_SUBMODULES = ("binaries", "cache", "cli", "codec", "errors", "flags", "host",
+               "keys", "kernels", "measure", "records", "runtime", "search")
 
 
 def __getattr__(name):

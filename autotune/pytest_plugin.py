@@ -36,7 +36,7 @@ from autotune.cache import merge
 from autotune.cache import update as cache_update
 from autotune import log as autotune_log
 from autotune.log import redact_text  # a URL's password never shows
-from autotune.measure import triton_cache
+from autotune.binaries import triton_cache
 from autotune import pytest_terminal
 from autotune.pytest_terminal import relative
 from autotune.report import summary
@@ -82,7 +82,7 @@ def configure(config, ini):
 def _compiled_dir(config, ini, ini_dir):
     """--autotune-compiled / the ini key: an existing directory, made the
     compiled kernels Triton's cache reads first
-    (autotune/measure/triton_cache.py); None when not given."""
+    (autotune/binaries/triton_cache.py); None when not given."""
     given = config.option.autotune_compiled
     if given:
         path = os.path.join(str(config.invocation_params.dir), given)

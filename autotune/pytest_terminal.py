@@ -9,7 +9,7 @@ import os
 from autotune.log import printable
 from autotune.runtime.run_report import unmeasured_text
 from autotune.log import redact_text  # a URL's password never shows
-from autotune.measure import triton_cache
+from autotune.binaries import triton_cache
 
 
 def relative(path, config):
@@ -141,7 +141,7 @@ class TerminalProgress(logging.Handler):
     pytest's live logging does. When nothing is captured (-s) the logger's
     own handler reaches the terminal, and this one stays silent."""
 
-    # A wait for the device (measure/device_lock.py): shown in a CI log
+    # A wait for the device (host/device_lock.py): shown in a CI log
     # too, where a job waiting minutes for another's tuning would else
     # print nothing.
     WAIT_LINES = ("autotune: waiting for ", "autotune: still waiting for ")

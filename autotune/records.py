@@ -333,7 +333,7 @@ EMPTY_PROVENANCE = Provenance()
 class CompileRequest(NamedTuple):
     """One launch of an entry's winner as Triton's launcher specialised it:
     what `autotune_cache compile` needs to build the binary for a GPU
-    without the test's tensors (autotune/measure/compile_requests.py
+    without the test's tensors (autotune/binaries/compile_requests.py
     writes and reads the two strings)."""
     kernel: str            # "module:qualname" of the Python function
     arguments: str         # NAME:TYPE:ATTR / NAME=JSON, space-separated

@@ -21,7 +21,7 @@ os.environ["TRITON_INTERPRET"] = "0"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from autotune.measure import compile_check  # noqa: E402
+from autotune.binaries import compile_check  # noqa: E402
 
 
 def space(count):

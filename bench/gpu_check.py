@@ -456,10 +456,10 @@ def interpreter_problem(dry_run):
 
 def _device_lock_free(backend, timeout_s):
     """Waits at most timeout_s for the device's tuning lock (the one every
-    tuning takes, autotune.measure.device_lock), then lets it go: a check
+    tuning takes, autotune.host.device_lock), then lets it go: a check
     whose sections would wait forever on a holder stops here, naming it.
     Returns the seconds waited."""
-    from autotune.measure import device_lock
+    from autotune.host import device_lock
     lock = device_lock.DeviceTurn(backend).lock
     start = time.monotonic()
     while not lock.try_acquire():
@@ -528,7 +528,7 @@ def versions(dry_run=True):
             found[name] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             found[name] = ""
-    from autotune.measure import stamp
+    from autotune.host import stamp
     found["driver"] = stamp.driver_version()
     try:
         import torch

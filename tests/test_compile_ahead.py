@@ -93,7 +93,7 @@ def case(name, small=False):
 
 def ahead_keys(name, record):
     """Keys the compile-ahead pool compiles (in process, one job)."""
-    from autotune.measure import compile_check
+    from autotune.binaries import compile_check
     tuner, configs, _, args, kwargs = case(name)
     named = tuner._bind(args, kwargs)
     plan = compile_check.plan_compile_ahead(tuner.kernel, named, configs)
@@ -122,7 +122,7 @@ def launch_keys(name, record):
 def child_keys():
     os.environ["TRITON_INTERPRET"] = "0"
     sys.path.insert(0, ROOT)
-    from autotune.measure import compile_check
+    from autotune.binaries import compile_check
     record = []
     install_fakes(record)
     out = {}
@@ -144,7 +144,7 @@ def child_keys():
 def _maxnreg_keys(record):
     """A config with maxnreg: the pool's compile carries it (the key with
     it is the launch's, the key without it is not)."""
-    from autotune.measure import compile_check
+    from autotune.binaries import compile_check
     from autotune.records import Config
     tuner, configs, grid, args, kwargs = case("matmul_1000_fp16")
     base = configs[0]
@@ -181,7 +181,7 @@ def child_real(cache_dir):
     sys.path.insert(0, ROOT)
     from triton.runtime import driver
 
-    from autotune.measure import compile_check
+    from autotune.binaries import compile_check
     compile_check._quiet_fp_fusion_notice()
     driver.set_active(FakeDriver())
     out = {}
@@ -250,7 +250,7 @@ def test_maxnreg_survives_into_compile_ahead_and_the_check(keys_report):
 
 
 def test_too_few_configs_do_not_start_a_pool():
-    from autotune.measure import compile_check
+    from autotune.binaries import compile_check
     plan = compile_check.AheadPlan(held=[], on_disk=[], to_compile=[1, 2, 3],
                                    failed=[])
     assert "fewer than" in plan.skip_reason(8)
@@ -287,7 +287,8 @@ def child_served(dump):
     compiled directory (AUTOTUNE_FLAGS), and how many were served."""
     sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
     import autotune
-    from autotune.measure import backends, triton_cache
+    from autotune.binaries import triton_cache
+    from autotune.measure import backends
     from gpu_standin import count_launch_compiles, stand_in_gpu_backend
     launches = count_launch_compiles()
     autotune.configure(backend=stand_in_gpu_backend(),

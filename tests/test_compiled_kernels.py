@@ -73,7 +73,7 @@ def test_dump_records_a_compile_request_per_launch(suite_dump):
     import triton
 
     from autotune import codec
-    from autotune.measure import compile_requests
+    from autotune.binaries import compile_requests
     entries = codec.load_results(suite_dump)
     assert entries and all(e.compile_requests for e in entries)
     for entry in entries:
@@ -119,7 +119,7 @@ def test_compile_builds_every_request(compiled, suite_dump):
     import triton
 
     from autotune import codec
-    from autotune.measure import triton_cache
+    from autotune.binaries import triton_cache
     root, stdout = compiled
     versions = [r.triton_version for e in codec.load_results(suite_dump)
                 for r in e.compile_requests]
@@ -200,7 +200,7 @@ def test_another_triton_version_is_never_served(compiled, suite_dump,
     root, _ = compiled
     other = str(tmp_path / "other")
     shutil.copytree(root, other)
-    from autotune.measure import triton_cache
+    from autotune.binaries import triton_cache
     manifest, _ = triton_cache.read_manifest(other)
     manifest["identity"]["triton_version"] = "2.0.0"
     triton_cache.write_manifest(other, manifest)
@@ -241,7 +241,7 @@ def _kernel_of(folder):
 
 def test_each_identity_difference_is_named_in_one_line(compiled, tmp_path,
                                                        monkeypatch):
-    from autotune.measure import triton_cache
+    from autotune.binaries import triton_cache
     import triton
     root, _ = compiled
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
@@ -304,7 +304,7 @@ def test_nothing_malformed_is_served_and_each_is_named(compiled, tmp_path):
     reason naming the file, none blocking or raising anything else."""
     import signal
 
-    from autotune.measure import triton_cache
+    from autotune.binaries import triton_cache
     root, _ = compiled
     first, second = _key_folders(root)[:2]
 
@@ -402,7 +402,7 @@ def test_a_directory_of_links_into_the_build_is_served(compiled, tmp_path):
     """As Bazel lays a tree artifact out for a test: the directory itself a
     link (runfiles), or real folders whose files are links into the
     build's tree (the sandbox)."""
-    from autotune.measure import triton_cache
+    from autotune.binaries import triton_cache
     root, _ = compiled
     linked = str(tmp_path / "linked")
     os.symlink(root, linked)
@@ -448,7 +448,7 @@ def test_a_hit_with_a_read_only_triton_cache_names_triton_cache_dir(
     import errno
 
     from autotune.errors import TritonCacheError
-    from autotune.measure import triton_cache
+    from autotune.binaries import triton_cache
     read_only = str(tmp_path / "ro")
     monkeypatch.setenv("TRITON_CACHE_DIR", read_only)
 
@@ -463,7 +463,7 @@ def test_a_hit_with_a_read_only_triton_cache_names_triton_cache_dir(
 
 def test_directories_travel_whole_and_missing_ones_are_named(tmp_path,
                                                             capsys):
-    from autotune.measure import triton_cache
+    from autotune.binaries import triton_cache
     odd = tmp_path / "a:b,c"
     odd.mkdir()
     env = {}
@@ -574,56 +574,14 @@ def test_show_prints_and_verify_checks_the_requests(suite_dump, tmp_path):
         "has num_warps=16" in verified.stdout
 
 
-def test_private_cache_under_bazel(monkeypatch, tmp_path):
-    from autotune.measure import triton_cache
-    env = {"TEST_TMPDIR": str(tmp_path)}
-    assert triton_cache.configure_environment((), env) == \
-        str(tmp_path / "triton-cache")
-    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "triton-cache")
-    for kept in ({"TEST_TMPDIR": "t", "TRITON_CACHE_DIR": "/mine"},
-                 {"TEST_TMPDIR": "t", "TRITON_HOME": "/home"}):
-        before = dict(kept)
-        assert triton_cache.configure_environment((), kept) is None
-        kept.pop("MPLCONFIGDIR")
-        assert kept == before
-    outside = {}
-    triton_cache.configure_environment((), outside)
-    assert "TRITON_CACHE_DIR" not in outside
-
-
-def test_users_cache_manager_is_kept_and_named(capsys):
-    from autotune.measure import triton_cache
-    env = {"TRITON_CACHE_MANAGER": "my.module:Manager"}
-    triton_cache.configure_environment(("/compiled",), env)
-    assert env["TRITON_CACHE_MANAGER"] == "my.module:Manager"
-    assert triton_cache.COMPILED_DIRS_ENV not in env
-    assert "TRITON_CACHE_MANAGER=my.module:Manager is set: the compiled " \
-        "kernels in /compiled are not served" in capsys.readouterr().err
-
-
-def test_unwritable_triton_cache_is_one_environment_error(tmp_path,
-                                                          monkeypatch):
-    import errno
-
-    from autotune.errors import TritonCacheError
-    from autotune.measure import tuner
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "ro"))
-    exc = OSError(errno.EROFS, "Read-only file system",
-                  str(tmp_path / "ro" / "ABC"))
-    with pytest.raises(TritonCacheError) as raised:
-        tuner._stop_for_unwritable_cache(exc)
-    assert "TRITON_CACHE_DIR" in str(raised.value)
-    # Not the cache: left to the per-config classification.
-    tuner._stop_for_unwritable_cache(OSError(errno.EROFS, "x", "/elsewhere"))
-
-
 # -- the child ---------------------------------------------------------------
 
 def serve(dump, root):
     sys.path[:0] = [ROOT, HERE]
     import autotune
 
-    from autotune.measure import backends, triton_cache
+    from autotune.binaries import triton_cache
+    from autotune.measure import backends
     from gpu_standin import count_launch_compiles, stand_in_gpu_backend
 
     launches = count_launch_compiles()
@@ -656,29 +614,3 @@ if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2], sys.argv[3])
 
-
-def test_matplotlib_config_folder_under_bazel(tmp_path):
-    from autotune.measure import triton_cache
-    env = {"TEST_TMPDIR": str(tmp_path)}
-    triton_cache.configure_environment((), env)
-    assert env["MPLCONFIGDIR"] == str(tmp_path / "matplotlib")
-    mine = {"TEST_TMPDIR": str(tmp_path), "MPLCONFIGDIR": "/mine"}
-    triton_cache.configure_environment((), mine)
-    assert mine["MPLCONFIGDIR"] == "/mine"
-    outside = {}
-    triton_cache.configure_environment((), outside)
-    assert "MPLCONFIGDIR" not in outside
-
-
-def test_worker_counts_add_up():
-    from autotune.measure import triton_cache
-    worker = {"directories": ["/k"], "served": 2, "compiled": 1,
-              "compiled_kernels": ["softmax_kernel"]}
-    other = {"directories": ["/k"], "served": 3, "compiled": 0,
-             "compiled_kernels": []}
-    assert triton_cache.merged_counts([None, worker, other]) == {
-        "directories": ["/k"], "served": 5, "compiled": 1,
-        "compiled_kernels": ["softmax_kernel"]}
-    assert triton_cache.merged_counts([None]) is None
-    assert triton_cache.counts_text(worker) == \
-        "compiled kernels: 2 served, 1 compiled (softmax_kernel)"

@@ -92,7 +92,7 @@ os.environ["TRITON_INTERPRET"] = "0"
 import autotune  # noqa: E402  (the compiled kernels' cache manager)
 import torch  # noqa: E402
 
-from autotune.measure import triton_cache  # noqa: E402
+from autotune.binaries import triton_cache  # noqa: E402
 from gpu_standin import count_launch_compiles, stand_in_gpu_backend  # noqa: E402
 
 launches = count_launch_compiles()

@@ -544,7 +544,7 @@ def test_every_ini_key_of_the_plugin_is_in_pytests_table():
 
 
 def test_the_default_lock_directory_is_the_codes():
-    from autotune.measure import lock_files
+    from autotune.host import lock_files
     default = lock_files.DEFAULT_LOCK_DIR.replace(str(os.getuid()), "UID")
     for path in markdown_files():
         for found in re.findall(r"/tmp/rules_autotune-locks[\w-]*",

@@ -533,7 +533,7 @@ RUNNING = {"device": "NVIDIA H200/sm_90/132/triton-3.6.0", "triton": "3.6.0",
 
 
 def test_the_stamp_is_checked_against_this_process(tmp_path):
-    from autotune.measure import stamp
+    from autotune.host import stamp
 
     def line_for(environ):
         return run(doctor.check_runner_stamp, machine(
@@ -557,7 +557,7 @@ def test_the_stamp_is_checked_against_this_process(tmp_path):
 
 def test_the_stamp_check_on_this_machine(tmp_path):
     """The real fields of this process: its own stamp is ok."""
-    from autotune.measure import stamp
+    from autotune.host import stamp
     m = machine(tmp_path, environ={"AUTOTUNE_RUNNER_STAMP": stamp.current()})
     assert run(doctor.check_runner_stamp, m).status == "ok"
 
@@ -567,7 +567,7 @@ def test_the_stamp_check_on_this_machine(tmp_path):
 def test_compiled_kernels_are_checked_for_serving_here(tmp_path):
     import triton
 
-    from autotune.measure import triton_cache
+    from autotune.binaries import triton_cache
     assert run(doctor.check_compiled, machine(tmp_path)).status == "skip"
     built = tmp_path / "built"
     built.mkdir()

@@ -3,7 +3,8 @@ package calls), timed by the clock it is given."""
 import pytest
 import torch
 
-from autotune.measure import backends, device_lock
+from autotune.host import device_lock
+from autotune.measure import backends
 from autotune.measure.fake_backend import FAKE_VERSIONS, FakeBackend
 from autotune.runtime.timing_request import TimingRequest
 

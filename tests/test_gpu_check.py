@@ -201,7 +201,8 @@ def test_a_doctor_fail_stops_the_check_before_the_costly_sections(tmp_path):
 def test_a_held_device_lock_fails_the_check_naming_the_holder(tmp_path):
     """The check waits a bounded time for the device lock, and the failed
     section's report line is its exception, not a stderr line."""
-    from autotune.measure import backends, device_lock
+    from autotune.host import device_lock
+    from autotune.measure import backends
     backend = backends.select_backend("interpreter")
     lock_dir = str(tmp_path / "locks")
     held = device_lock.DeviceTurn(backend, directory=lock_dir).lock
@@ -296,7 +297,7 @@ _COMPILE_TWICE = """
 import os, sys
 os.environ["TRITON_INTERPRET"] = "0"
 sys.path.insert(0, {root!r})
-from autotune.measure import compile_check as cc
+from autotune.binaries import compile_check as cc
 from autotune.kernels import softmax
 signature = {{"x": "*fp32", "y": "*fp32", "n_rows": "i32", "n_cols": "i32",
              "stride": "i32", "BLOCK_COLS": 32}}

@@ -128,7 +128,7 @@ def test_the_lock_folder_and_the_stamp_as_the_test_sees_them(workspace):
     --test_env: the doctor says so when the client's value is passed and
     the test has another. The stamp reaches the doctor (env_inherit, as
     for gpu_autotuned_test's targets) and matches this process."""
-    from autotune.measure import stamp
+    from autotune.host import stamp
     client = "/var/lock/rules_autotune-client"
     _, lines = _doctor(workspace,
                        f"--test_arg=--client_env=AUTOTUNE_LOCK_DIR={client}",

@@ -554,7 +554,7 @@ def test_gpu_workers_get_lambda_grids_evaluated_per_config(monkeypatch):
 
 def test_launch_signature_specialises_as_a_launch_does():
     from autotune.kernels import matmul
-    from autotune.measure import compile_check
+    from autotune.binaries import compile_check
     a = torch.empty(64, 32)
     named = {"a": a, "b": a, "bias": a[0], "c": a, "M": 64, "N": 33, "K": 32,
              "stride_am": 32, "stride_ak": 1, "stride_bk": 32,
@@ -573,7 +573,7 @@ def test_gpu_miss_compiles_candidates_ahead_in_a_pool(monkeypatch,
     compile-ahead pool with the kernel, its launch arguments and the jobs
     the flag asks for; --autotune_compile_jobs=1 turns it off."""
     import tiny_kernels
-    from autotune.measure import compile_check
+    from autotune.binaries import compile_check
     sess = session_factory(autotune_compile_jobs=3)
     calls = []
     monkeypatch.setattr(compile_check, "compile_ahead_of_launch",

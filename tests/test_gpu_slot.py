@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import gpu_slot  # noqa: E402
-from autotune.measure import device_lock, lock_files  # noqa: E402
+from autotune.host import device_lock, lock_files  # noqa: E402
 
 WRAPPER = os.path.join(ROOT, "tools", "gpu_slot.py")
 JOB = os.path.join(HERE, "workers", "slot_job.py")
@@ -267,7 +267,7 @@ def test_a_fifo_directory_or_hard_link_slot_file_is_one_line(tmp_path,
 
 
 def test_a_read_only_lock_directory_is_one_line(tmp_path):
-    from test_device_lock import _read_only_run
+    from test_lock_files import _read_only_run
     env = _env(tmp_path, AUTOTUNE_GPU_SLOT_DEVICES="1")
     locks = env["AUTOTUNE_LOCK_DIR"]
     os.makedirs(locks)

@@ -31,7 +31,14 @@ LAYERS = (
                         "autotune.unwrap")),
     ("codec", ("autotune.codec", "autotune.proto")),
     ("cache", ("autotune.cache",)),
-    ("measure", ("autotune.measure",)),
+    # Timing and choosing beside the binaries they time: the tuner asks
+    # the read-through cache whether a failure was the cache's, a failed
+    # compile is classified as the backend classifies a failure. One
+    # layer, two folders; no module cycle between them.
+    ("measure and binaries", ("autotune.measure", "autotune.binaries")),
+    # The host, above the backend it stamps: the lock files, one tuner per
+    # device, the runner stamp (which reads the backend's device key).
+    ("host", ("autotune.host",)),
     ("search", ("autotune.search",)),
     ("report", ("autotune.report",)),
     ("runtime", ("autotune.runtime",)),
@@ -56,7 +63,7 @@ SCRIPT_DIRS = ("tools", "bench")
 NOT_YET_EXPLAINED = {
     "autotune/cli/cache_tool.py",
     "autotune/kernels/matmul.py", "autotune/measure/backends.py",
-    "autotune/measure/compile_check.py", "autotune/pytest_plugin.py",
+    "autotune/binaries/compile_check.py", "autotune/pytest_plugin.py",
     "autotune/runtime/parallel.py",
     "autotune/search/simulate.py", "tools/gen_docs.py",
     "bench/bench_device_lock.py", "bench/bench_distributed.py",
@@ -463,6 +470,8 @@ def test_a_reason_or_the_optional_form_explains_a_function_level_import(
 
 @pytest.mark.parametrize("module", ["autotune.search.evolutionary",
                                     "autotune.records", "pytest_autotune",
+                                    "autotune.binaries.triton_cache",
+                                    "autotune.host.stamp",
                                     "tools.regenerate", "bench.gpu_check"])
 def test_layers_are_known_for_core_modules(module):
     assert layer_of(module) is not None

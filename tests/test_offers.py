@@ -265,7 +265,7 @@ def test_waiting_for_the_device_is_not_tuning_time(session_factory, tmp_path,
     import subprocess
     import sys
     import threading
-    from autotune.measure import device_lock
+    from autotune.host import device_lock
     monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(tmp_path))
     dump = tmp_path / "c.textproto"
     sess = session_factory(dump_autotune_results_to=str(dump))

@@ -88,7 +88,7 @@ def test_every_error_users_meet_is_an_autotune_error():
     """One `except autotune.AutotuneError` catches them all (README)."""
     from autotune import flags
     from autotune.measure import backends
-    from autotune.measure import compile_check
+    from autotune.binaries import compile_check
     from autotune.cache import remote
     from autotune.measure import tuner
     from autotune.search import evolutionary, space

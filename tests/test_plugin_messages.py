@@ -10,7 +10,7 @@ import time
 import textwrap
 
 from autotune import codec
-from autotune.measure import device_lock
+from autotune.host import device_lock
 from autotune.report import summary
 from autotune.runtime import offers
 

@@ -17,7 +17,7 @@ ENV_TEST = '''
 import os
 
 def test_compiled_kernels_are_served():
-    from autotune.measure import triton_cache
+    from autotune.binaries import triton_cache
     assert os.environ["TRITON_CACHE_MANAGER"] == triton_cache.MANAGER
     dirs = triton_cache.compiled_dirs()
     assert dirs == [os.path.abspath(os.environ["EXPECTED_COMPILED"])]

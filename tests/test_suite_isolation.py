@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from autotune.measure import device_lock, lock_files
+from autotune.host import device_lock, lock_files
+from autotune.measure import backends
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -30,7 +31,7 @@ LOCK_USING_TESTS = (
 
 HOLD_HOST_LOCK = """
 import sys, time
-from autotune.measure import device_lock
+from autotune.host import device_lock
 lock = device_lock.FileLock(sys.argv[1])
 lock.acquire()
 print("held", flush=True)
@@ -63,7 +64,8 @@ def test_lock_using_tests_pass_while_another_process_holds_the_host_lock():
     env = _bare_environment()
     host_lock = os.path.join(
         lock_files.DEFAULT_LOCK_DIR,
-        lock_files.safe_name(device_lock.device_identity(None)) + ".lock")
+        lock_files.safe_name(device_lock.device_identity(
+            backends.InterpreterBackend())) + ".lock")
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_HOST_LOCK, host_lock, "600"],
         cwd=ROOT, env=dict(env, PYTHONPATH=ROOT), stdout=subprocess.PIPE,

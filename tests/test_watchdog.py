@@ -161,7 +161,7 @@ def test_the_wait_for_the_device_is_not_the_candidates_time(tmp_path,
     import subprocess
     import sys
 
-    from autotune.measure import device_lock
+    from autotune.host import device_lock
     monkeypatch.setenv(device_lock.LOCK_DIR_ENV, str(tmp_path))
     holder = subprocess.Popen(
         [sys.executable, os.path.join(os.path.dirname(__file__), "workers",

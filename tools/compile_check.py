@@ -6,7 +6,7 @@ or every config a results file names) for target GPUs, on the CPU.
 
 Prints per config the shared memory, registers and spill stack; exits 1,
 with one line per config, when a config does not compile or exceeds the
-target's limits. See autotune/measure/compile_check.py.
+target's limits. See autotune/binaries/compile_check.py.
 """
 import os
 import sys

@@ -28,7 +28,7 @@ checked and bounded before use.
 
 Standard library only: it runs before and around the test's own Python.
 The lock directory and its files are autotune's own
-(autotune/measure/lock_files.py, which imports nothing of autotune): this
+(autotune/host/lock_files.py, which imports nothing of autotune): this
 wrapper loads that file by its path, beside this one in the repository
 and in the wrapper's runfiles under Bazel, not the package.
 """
@@ -43,7 +43,7 @@ import time
 
 LOCK_FILES = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    "autotune", "measure", "lock_files.py")
+    "autotune", "host", "lock_files.py")
 
 
 def _load_lock_files(path=LOCK_FILES):

@@ -1,5 +1,5 @@
 """Prints this runner's stamp, for AUTOTUNE_RUNNER_STAMP (see
-autotune/measure/stamp.py and docs/bazel.md#cached-results-and-upgrades).
+autotune/host/stamp.py and docs/bazel.md#cached-results-and-upgrades).
 
     export AUTOTUNE_RUNNER_STAMP="$(python3 RULES_AUTOTUNE/tools/runner_stamp.py)"
 
@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autotune.measure import stamp  # noqa: E402
+from autotune.host import stamp  # noqa: E402
 
 if __name__ == "__main__":
     print(stamp.current())

@@ -35,7 +35,7 @@ from autotune.cache import merge
 from autotune.cache import io as cache_io
 from autotune.cache.io import materialize, read_cache, stats, write_cache
 from autotune.cli import compile_cache, doctor, merge_driver, remote_tool, report
-from autotune.measure import compile_requests
+from autotune.binaries import compile_requests
 from autotune.report import coverage as report_coverage
 from autotune.report import roofline, summary
 from autotune.records import (KEY_VERSION, Config)

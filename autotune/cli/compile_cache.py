@@ -17,7 +17,7 @@ sees only the Triton cache-invalidating variables given with
 DIR must see the same ones: gpu_autotuned_test's compile_for sets both).
 
 A test process serves DIR with --autotune_compiled_kernels=DIR
-(autotune/measure/triton_cache.py). DIR is code: build it only from
+(autotune/binaries/triton_cache.py). DIR is code: build it only from
 caches you trust, and load it only from builds you trust.
 """
 import dataclasses
@@ -32,7 +32,7 @@ from autotune import log as logs
 from autotune.cache.io import read_cache
 from autotune.errors import CompileCheckError, ToolError
 from autotune.log import printable
-from autotune.measure import compile_check, compile_requests, triton_cache
+from autotune.binaries import compile_check, compile_requests, triton_cache
 
 _log = logs.get("cache")
 

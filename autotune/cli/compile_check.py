@@ -1,19 +1,19 @@
 """compile_check: compiles every config of the example kernels (or of given
 kernel modules, or every config a results file names) for GPU targets, on
 the CPU, and checks each against the target's limits. The library is
-autotune.measure.compile_check."""
+autotune.binaries.compile_check."""
 import argparse
 import json
 import os
 import sys
 import time
 
-from autotune.measure import compile_check
-from autotune.measure.compile_check import (EXAMPLE_MODULES,
-                                            CompileCheckError,
-                                            _quiet_fp_fusion_notice,
-                                            module_tasks, parse_targets,
-                                            run_tasks)
+from autotune.binaries import compile_check
+from autotune.binaries.compile_check import (EXAMPLE_MODULES,
+                                             CompileCheckError,
+                                             _quiet_fp_fusion_notice,
+                                             module_tasks, parse_targets,
+                                             run_tasks)
 
 
 def _print_table(results, out):

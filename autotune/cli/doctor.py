@@ -66,8 +66,9 @@ import warnings
 from autotune import log as logs
 from autotune.errors import AutotuneError, DeviceLockError
 from autotune.log import printable
-from autotune.measure import (backends, compile_check, lock_files, stamp,
-                              triton_cache)
+from autotune.binaries import compile_check, triton_cache
+from autotune.host import lock_files, stamp
+from autotune.measure import backends
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 DOCS = "docs/gpu-runners.md"

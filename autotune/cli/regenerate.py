@@ -79,7 +79,7 @@ from autotune.codec import CacheFileError
 from autotune.cache import update as cache_update
 from autotune.cli.cache_tool import WORKSPACE_MARKERS, find_workspace
 from autotune.flags import RETUNE_ENV_VAR
-from autotune.measure import lock_files
+from autotune.host import lock_files
 from autotune.report import page, summary
 
 from autotune.contract import (DEVICE_TAG_PREFIX,
@@ -348,7 +348,7 @@ def triton_cache_args(env=None):
     as the lock folder is: TRITON_CACHE_DIR of regenerate's environment
     (an absolute path) made writable in their sandbox. Without it each
     dump target compiles into a private folder under its TEST_TMPDIR
-    (autotune/measure/triton_cache.py)."""
+    (autotune/binaries/triton_cache.py)."""
     env = os.environ if env is None else env
     folder = env.get("TRITON_CACHE_DIR")
     if not folder:

@@ -10,7 +10,8 @@ import datetime
 import math
 import time
 
-from autotune.measure import backends, consensus, triton_cache
+from autotune.binaries import triton_cache
+from autotune.measure import backends, consensus
 from autotune.measure.selection import (DEFAULT_CONTEST, TuneResult,
                                         backend_of, select_winner)
 from autotune.errors import DeviceContextLostError, TritonCacheError, TuningError

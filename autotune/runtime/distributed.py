@@ -47,7 +47,8 @@ import time
 from autotune import log as logs
 from autotune.errors import (DeviceContextLostError, DistributedTuningError,
                              MalformedExchangeError)
-from autotune.measure import backends, device_lock, tuner
+from autotune.host import device_lock
+from autotune.measure import backends, tuner
 from autotune.records import FAILURE_KINDS, Candidate
 
 log = logs.get("distributed")

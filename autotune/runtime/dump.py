@@ -4,7 +4,7 @@ merged into the file already there (autotune/cache/update.py)."""
 from autotune import codec
 from autotune.cache import update as cache_update
 from autotune.errors import AutotuneError, CacheFileError
-from autotune.measure import compile_requests
+from autotune.binaries import compile_requests
 from autotune.runtime.freshness import without_triton
 
 

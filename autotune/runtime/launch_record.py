@@ -1,9 +1,9 @@
 """Which launches of a tuned kernel this process recorded as compile
-requests (autotune/measure/compile_requests.py): in a run that writes a
+requests (autotune/binaries/compile_requests.py): in a run that writes a
 cache (a dump, an update), every launch of a winner whose arguments
 specialise differently (a pointer or a stride divisible by 16 or not), so
 the entry records each binary a GPU run needs."""
-from autotune.measure import compile_requests
+from autotune.binaries import compile_requests
 
 
 def alignment(named):

@@ -31,7 +31,7 @@ import weakref
 
 from autotune import log as logs
 from autotune.errors import DeviceContextLostError
-from autotune.measure import device_lock
+from autotune.host import device_lock
 from autotune.measure.backends import corrupts_context
 from autotune.search.evolutionary import Measurement
 
@@ -463,7 +463,7 @@ def _rebuilt_objective(spec_bytes, device):
 
 def holding_device(objective, identity, parent_identity=None):
     """objective, measuring only while this worker holds the lock of its
-    device (`identity`, autotune.measure.device_lock): taken at the first
+    device (`identity`, autotune.host.device_lock): taken at the first
     measurement and held until the worker exits, which is when the pool of
     one fusion's tuning closes. A worker on the tuning process's own
     device (`parent_identity`) takes nothing: the tuning process holds

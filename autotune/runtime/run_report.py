@@ -6,7 +6,7 @@ import os
 from autotune import codec
 from autotune import log as logs
 from autotune.errors import AutotuneError
-from autotune.measure import triton_cache
+from autotune.binaries import triton_cache
 from autotune.report import page, summary
 from autotune.runtime import distributed
 

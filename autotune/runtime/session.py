@@ -18,7 +18,8 @@ import threading
 
 from autotune import log as logs
 from autotune import codec, flags
-from autotune.measure import backends, device_lock, stamp
+from autotune.host import device_lock, stamp
+from autotune.measure import backends
 from autotune.runtime import distributed, freshness, run_report
 from autotune.runtime import dump as dump_file
 from autotune.runtime.freshness import version_drift
@@ -198,7 +199,7 @@ class Session:
 
     def _check_runner_stamp(self):
         """A stamp that does not describe this runner is an error (it keys
-        the test's cached result: autotune/measure/stamp.py); a GPU test
+        the test's cached result: autotune/host/stamp.py); a GPU test
         under Bazel without one is told, once, that an upgrade leaves its
         cached pass standing."""
         if stamp.check(self.backend):
@@ -480,7 +481,7 @@ class Session:
     @contextlib.contextmanager
     def device_turn(self, key):
         """The span of one fusion's tuning: its first measurement takes
-        the device's lock (autotune.measure.device_lock), the end of the
+        the device's lock (autotune.host.device_lock), the end of the
         span releases it; a tuning that measures nothing takes nothing."""
         turn = device_lock.DeviceTurn(self.backend)
         self._device_turn = turn

@@ -239,7 +239,7 @@ class Tuning:
         if sess.options.autotune_compile_check:
             # Compiling for GPU targets: the measure layer's compile check,
             # imported only when the flag asks for it.
-            from autotune.measure import compile_check
+            from autotune.binaries import compile_check
             checker = compile_check.Checker(
                 sess.options.autotune_compile_check,
                 unwrap.jit_function(launch.kernel), named)
@@ -283,7 +283,7 @@ class Tuning:
             return
         # Both only on the GPU backend: compile_check loads Triton's
         # compiler, torch the device's capability.
-        from autotune.measure import compile_check
+        from autotune.binaries import compile_check
         import torch
         major, minor = torch.cuda.get_device_capability(sess.backend.device)
         target = compile_check.Target(f"sm_{major}{minor}",

@@ -7,7 +7,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 
-from autotune.measure import device_lock  # noqa: E402
+from autotune.host import device_lock  # noqa: E402
 
 turn = device_lock.DeviceTurn(identity=sys.argv[2], directory=sys.argv[1])
 turn.take()

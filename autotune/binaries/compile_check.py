@@ -29,11 +29,11 @@ import time
 
 from autotune import keys, unwrap
 from autotune.errors import AutotuneError, CompileCheckError
-from autotune.measure import compile_requests
-from autotune.measure.compile_requests import (_TORCH_TO_TRITON,
-                                               stand_in_arguments)
+from autotune.binaries import compile_requests
+from autotune.binaries.compile_requests import (_TORCH_TO_TRITON,
+                                                stand_in_arguments)
 # The compile's result and the target's limits, named here as before.
-from autotune.measure.compile_results import (  # noqa: F401
+from autotune.binaries.compile_results import (  # noqa: F401
     _SHARED_OPTIN, REGISTERS_PER_BLOCK, THREADS_PER_BLOCK, Result, Target,
     _failed, _quiet_fp_fusion_notice, _tool, apply_limits, checked,
     resource_usage)
@@ -456,8 +456,8 @@ class Checker:
                    PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         env.pop("AUTOTUNE_FLAGS", None)
         proc = subprocess.run(
-            [sys.executable, "-m", "autotune.measure.compile_check", "--serve",
-             str(self.jobs)], input=json.dumps(request),
+            [sys.executable, "-m", "autotune.binaries.compile_check",
+             "--serve", str(self.jobs)], input=json.dumps(request),
             capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

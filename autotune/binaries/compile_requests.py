@@ -63,9 +63,9 @@ from autotune import log as logs
 from autotune import unwrap
 from autotune.errors import AutotuneError, CompileCheckError
 from autotune import keys
-from autotune.measure.compile_results import (Result, Target, _failed,
-                                              _quiet_fp_fusion_notice,
-                                              checked)
+from autotune.binaries.compile_results import (Result, Target, _failed,
+                                               _quiet_fp_fusion_notice,
+                                               checked)
 from autotune.records import CompileRequest, Config
 
 # The target whose backend specialises an interpreter run's launches: any

@@ -51,7 +51,7 @@ from autotune.errors import CompiledKernelMissError, TritonCacheError
 PRIVATE_CACHE_NAME = "triton-cache"
 MATPLOTLIB_DIR_NAME = "matplotlib"
 MANIFEST_NAME = "autotune-compiled.json"
-MANAGER = "autotune.measure.triton_cache:ReadThroughCacheManager"
+MANAGER = "autotune.binaries.triton_cache:ReadThroughCacheManager"
 # The roots ReadThroughCacheManager reads, a JSON list (a path may hold
 # os.pathsep): set by configure_environment, read by every manager Triton
 # creates.

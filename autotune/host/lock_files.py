@@ -1,7 +1,7 @@
 """Lock files in a shared directory: where they live, how that directory is
 checked, and how one file in it is opened, taken and read.
 
-autotune's device locks (autotune/measure/device_lock.py) and the slots
+autotune's device locks (autotune/host/device_lock.py) and the slots
 of the --run_under wrapper (tools/gpu_slot.py) are both flock(2)s on files
 in one directory ($AUTOTUNE_LOCK_DIR, else /tmp/rules_autotune-locks-UID,
 this user's own), so that a test and the wrapper around it agree on it.

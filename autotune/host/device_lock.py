@@ -16,7 +16,7 @@ says which pid held it last, for the message a waiting process logs.
 
 The lock directory and its files are those of tools/gpu_slot.py's slots
 too, and one module says where they are, how the directory is checked and
-how a file in it is opened (autotune/measure/lock_files.py): nothing in a
+how a file in it is opened (autotune/host/lock_files.py): nothing in a
 directory others may write is trusted.
 
     turn = DeviceTurn(backend)      # nothing taken yet
@@ -32,10 +32,10 @@ import time
 
 from autotune import log as logs
 from autotune.errors import DeviceLockError
-from autotune.measure import lock_files
+from autotune.host import lock_files
 # The lock directory and a lock file's holder, as the callers of the
 # device lock read them.
-from autotune.measure.lock_files import (  # noqa: F401
+from autotune.host.lock_files import (  # noqa: F401
     LOCK_DIR_ENV, holder_of, lock_dir)
 
 log = logs.get("device_lock")

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.measure import backends, stamp
+from autotune.host import stamp
+from autotune.measure import backends
 
 from tests_support import environment
 
