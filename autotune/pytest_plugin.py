@@ -39,6 +39,7 @@ from autotune.log import redact_text  # a URL's password never shows
 from autotune.measure import triton_cache
 from autotune import pytest_terminal
 from autotune.pytest_terminal import relative
+from autotune.pytest_result import STAT_FIELDS, PluginResult
 from autotune.report import summary
 from autotune.runtime import freshness
 from autotune.runtime import session as runtime_session
@@ -46,9 +47,6 @@ from autotune.runtime import session as runtime_session
 BACKENDS = ("auto", "gpu", "interpreter")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
-STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest",
-               "candidate_benchmarks", "tuning_seconds", "saved_seconds",
-               "unmeasured_configs", "unmeasured_fusions", "drifted_entries")
 WORKER_KEY = "autotune"
 SHARED_DIR_KEY = "autotune_shared_fusion_dir"
 # What the Bazel macro sets for every test and compile action
@@ -624,23 +622,22 @@ class AutotunePlugin:
             _install(None)
             return
         stats, misses, runs = self._gather()
-        self.result = {"mode": "update" if self.settings.update else "load",
-                       "retune": self.settings.retune,
-                       "cache": self.settings.cache, **stats,
-                       "fusions": self._fusions,
-                       "missing": [m for m in misses
-                                   if m["status"] == "missing"],
-                       "stale": [m for m in misses if m["status"] == "stale"],
-                       "bypassing": self._bypassing,
-                       "compiled_kernels": self._compiled}
+        self.result = PluginResult(
+            mode="update" if self.settings.update else "load",
+            retune=self.settings.retune, cache=self.settings.cache, **stats,
+            fusions=self._fusions,
+            missing=[m for m in misses if m["status"] == "missing"],
+            stale=[m for m in misses if m["status"] == "stale"],
+            bypassing=self._bypassing, compiled_kernels=self._compiled)
         if self.settings.update:
             self._finish_update(session, exitstatus, runs)
         if self.settings.report:
             try:
                 codec.atomic_write(self.settings.report, json.dumps(
-                    self.result, indent=2, sort_keys=True).encode() + b"\n")
+                    self.result.as_dict(), indent=2, sort_keys=True
+                ).encode() + b"\n")
             except codec.CacheFileError as e:
-                self.result.setdefault("errors", []).append(str(e))
+                self.result.add_error(str(e))
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         if self.shared_dir is not None:
             shutil.rmtree(self.shared_dir, ignore_errors=True)
@@ -712,21 +709,22 @@ class AutotunePlugin:
         old = self.old_entries or []
         updated = cache_update.update(old, runs,
                                       prune_devices=devices if prune else ())
-        self.result["conflicts"] = [c.as_dict() for c in updated.conflicts]
+        result = self.result
+        result.conflicts = [c.as_dict() for c in updated.conflicts]
         if exitstatus != 0 or session.testsfailed:
-            self.result["written"] = False
-            self.result["not_written_because"] = (
+            result.written = False
+            result.not_written_because = (
                 f"{session.testsfailed} test(s) failed" if session.testsfailed
                 else f"pytest exit status {int(exitstatus)}")
             return
         if self.settings.prune and self.narrowed:
-            self.result["prune_refused"] = ("not a full run: "
-                                            + "; ".join(self.narrowed))
+            result.prune_refused = "not a full run: " + "; ".join(
+                self.narrowed)
         if not prune and not self.narrowed:
             # Kept on the devices this run ran on, though no test used
             # them (a shape no test calls any more): said, with the flag
             # that drops them.
-            self.result["unused"] = [
+            result.unused = [
                 _describe(e.key) for e in sorted(updated.kept,
                                                  key=lambda e: e.key)
                 if e.key.device in devices]
@@ -736,25 +734,25 @@ class AutotunePlugin:
         # compared with the old one measured in this run when it was.
         self.changes = summary.CacheChanges(
             old, new, not_offered=summary.not_offered_fusions(self._fusions))
-        self.result["changes"] = self.changes.as_dict()
-        self.result["entries"] = len(new)
+        result.changes = self.changes
+        result.entries = len(new)
         try:
             # Leaves a file that already holds these bytes alone (an
             # unchanged cache keeps its inode and time stamps); an entry
             # whose winner stayed may still have gained measured configs.
             written = codec.dump_results(new, cache)
         except (codec.CacheFileError, OSError) as e:
-            self.result["written"] = False
-            self.result["not_written_because"] = str(e)
+            result.written = False
+            result.not_written_because = str(e)
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             return
-        self.result["written"] = bool(written)
+        result.written = bool(written)
         if not written:
-            self.result["not_written_because"] = "no change"
+            result.not_written_because = "no change"
 
     def pytest_terminal_summary(self, terminalreporter):
         pytest_terminal.write_summary(terminalreporter, self.result,
-                                      self.changes, self.config)
+                                      self.config)
 
 
 def bypassing_kernels(root):

@@ -7,6 +7,7 @@ from autotune import codec
 from autotune.cache import update
 from autotune.cli import regenerate
 from autotune.pytest_plugin import AutotunePlugin
+from autotune.pytest_result import PluginResult
 from autotune.records import Candidate, Config
 from autotune.runtime import dump
 
@@ -160,10 +161,11 @@ def test_the_plugins_update_prunes_only_the_devices_it_ran_on(tmp_path):
     plugin = types.SimpleNamespace(
         settings=types.SimpleNamespace(cache=str(path), prune=True),
         narrowed=[], sessions=[], worker_outputs=[], old_entries=OLD,
-        result={}, _fusions=[])
+        result=PluginResult(mode="update", retune=False, cache=str(path)),
+        _fusions=[])
     AutotunePlugin._finish_update(
         plugin, types.SimpleNamespace(testsfailed=0), 0, [("gw0", RUN)])
     expected = update.update(OLD, [("gw0", RUN)], prune_devices={CPU})
-    assert plugin.result["written"] is True
+    assert plugin.result.written is True
     assert codec.load_results(path) == codec.sort_entries(expected.entries)
     assert entry(3, device=GPU) in codec.load_results(path)
