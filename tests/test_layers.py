@@ -36,7 +36,8 @@ LAYERS = (
     ("report", ("autotune.report",)),
     ("runtime", ("autotune.runtime",)),
     ("tools", ("autotune.cli", "autotune.pytest_result",
-               "autotune.pytest_terminal", "autotune.pytest_plugin")),
+               "autotune.pytest_settings", "autotune.pytest_terminal",
+               "autotune.pytest_plugin")),
     ("face", ("autotune.__init__", "autotune.dropin", "autotune.kernels")),
     # Outside the package: nothing in it may import these.
     ("entry points", ("pytest_autotune", "tools", "bench")),
