@@ -72,7 +72,7 @@ from autotune.errors import RegenerateError, ToolError
 from autotune import codec
 from autotune.codec import CacheFileError
 from autotune.cache import update as cache_update
-from autotune.cli.cache_tool import WORKSPACE_MARKERS, find_workspace
+from autotune.cli.kernel_tree import WORKSPACE_MARKERS, find_workspace
 from autotune.cli.regenerate_bazel import (
     QueryArgs, calling_startup_options, collect_dump, find_target_devices,
     local_device_key, run_dump_targets, select_targets, split_by_device,

@@ -26,7 +26,7 @@ import xml.etree.ElementTree as ET
 import zipfile
 
 from autotune import codec
-from autotune.cli.cache_tool import find_workspace
+from autotune.cli.kernel_tree import find_workspace
 from autotune.contract import (DEVICE_TAG_PREFIX,
                                CACHE_TAG_PREFIX as CACHE_TAG,
                                DUMP_FILE, DUMP_SUFFIX, DUMP_TAG, REPORT_FILE)
