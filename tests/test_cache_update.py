@@ -144,11 +144,9 @@ def test_regenerate_prunes_the_dumps_device():
 def test_the_dump_at_exit_keeps_what_it_did_not_replace(tmp_path):
     path = tmp_path / "dump.textproto"
     codec.dump_results(OLD, path)
-    session = types.SimpleNamespace(
-        cache=types.SimpleNamespace(memory={e.key: e for e in RUN}),
-        compile_requests={},
-        options=types.SimpleNamespace(autotune_max_cache_bytes=None))
-    entries, kept = dump.merged_entries(session, str(path))
+    source = dump.DumpSource(memory={e.key: e for e in RUN},
+                             compile_requests={}, max_cache_bytes=None)
+    entries, kept = dump.merged_entries(source, str(path))
     expected = update.update(OLD, [("this run", RUN)])
     assert codec.sort_entries(entries) == codec.sort_entries(
         expected.entries)
