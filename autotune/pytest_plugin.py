@@ -21,7 +21,6 @@ controller adds up the statistics and, in update mode, merges the workers'
 results into one cache (a fusion two workers tuned to different winners is
 resolved as a single run would resolve it, and reported).
 """
-import difflib
 import json
 import logging
 import os
@@ -35,20 +34,15 @@ from autotune import codec, flags
 from autotune.cache import merge
 from autotune.cache import update as cache_update
 from autotune import log as autotune_log
-from autotune.log import redact_text  # a URL's password never shows
 from autotune.binaries import triton_cache
 from autotune import pytest_terminal
 from autotune.pytest_terminal import relative
+from autotune.pytest_result import STAT_FIELDS, PluginResult
+from autotune.pytest_settings import INI_KEY, Settings, usage_error
 from autotune.report import summary
 from autotune.runtime import freshness
 from autotune.runtime import session as runtime_session
 
-BACKENDS = ("auto", "gpu", "interpreter")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
-STAT_FIELDS = ("hits", "remote_hits", "tuned", "misses", "nearest",
-               "candidate_benchmarks", "tuning_seconds", "saved_seconds",
-               "unmeasured_configs", "unmeasured_fusions", "drifted_entries")
 WORKER_KEY = "autotune"
 SHARED_DIR_KEY = "autotune_shared_fusion_dir"
 # What the Bazel macro sets for every test and compile action
@@ -68,7 +62,7 @@ def configure(config, ini):
     ini: the entry point's ini key names and readers (pytest_autotune.INI).
     The entry point declares them and hands them over; this module does
     not import it, so the two cannot import each other."""
-    config.stash[_INI] = ini
+    config.stash[INI_KEY] = ini
     settings = Settings.from_config(config)
     if settings is None:
         return
@@ -79,204 +73,7 @@ def configure(config, ini):
     config.stash[_PLUGIN] = plugin
 
 
-def _compiled_dir(config, ini, ini_dir):
-    """--autotune-compiled / the ini key: an existing directory, made the
-    compiled kernels Triton's cache reads first
-    (autotune/binaries/triton_cache.py); None when not given."""
-    given = config.option.autotune_compiled
-    if given:
-        path = os.path.join(str(config.invocation_params.dir), given)
-        source = "--autotune-compiled"
-    else:
-        value = str(config.getini(ini.compiled) or "").strip()
-        if not value:
-            return None
-        path = os.path.join(ini_dir, value)
-        source = f"ini {ini.compiled} {_ini_source(config, ini.compiled)}"
-    if not os.path.isdir(path):
-        raise _usage(f"{source}: {given or value} is not a directory (build "
-                     "it with `autotune_cache compile CACHE --target sm_90 "
-                     "-o DIR`)")
-    # AUTOTUNE_FLAGS=--require_compiled_kernels holds here too.
-    triton_cache.configure_environment(
-        [path], require=flags.import_time_choices()[3])
-    return path
-
-
-def _usage(message):
-    return pytest.UsageError(f"autotune: {redact_text(message)}")
-
-
-class Settings:
-    """What the command line and the ini file ask for, checked."""
-
-    def __init__(self, cache, update, prune, require_complete, report,
-                 backend, retune=False):
-        self.cache = cache
-        self.update = update
-        self.retune = retune  # --autotune-update=all: re-measure every fusion
-        self.prune = prune
-        self.require_complete = require_complete
-        self.report = report
-        self.backend = backend
-
-    @classmethod
-    def from_config(cls, config):
-        _check_ini_keys(config)
-        ini = config.stash[_INI]
-        opt = config.option
-        if getattr(opt, "autotune_update_all", False):
-            # An update too, for conftests that ask
-            # config.getoption("--autotune-update").
-            opt.autotune_update = True
-        ini_dir = str(config.inipath.parent) if config.inipath \
-            else str(config.rootpath)
-        cache = opt.autotune_cache
-        given = cache or str(config.getini(ini.cache) or "").strip()
-        if "://" in given:
-            raise _usage(f"{given}: the cache is a results file; a remote "
-                         "cache is set with AUTOTUNE_FLAGS="
-                         "--autotune_remote_cache=URL")
-        if cache:
-            cache = os.path.join(str(config.invocation_params.dir), cache)
-        else:
-            ini_cache = str(config.getini(ini.cache) or "").strip()
-            if not ini_cache and _ini_given(config, ini.cache):
-                raise _usage(f"ini {ini.cache} is blank "
-                             f"{_ini_source(config, ini.cache)}: give a "
-                             "results file, or remove the key")
-            cache = os.path.join(ini_dir, ini_cache) if ini_cache else None
-        require = opt.autotune_require_complete
-        if require is None:
-            require = _ini_bool(config, ini.require)
-        _ini_bool(config, ini.dropin)  # acted on before the conftest files
-        backend = (config.getini(ini.backend) or "auto").strip()
-        if backend not in BACKENDS:
-            raise _usage(f"ini {ini.backend} = {backend!r} "
-                         f"{_ini_source(config, ini.backend)}: expected one "
-                         f"of {', '.join(BACKENDS)}")
-        version_match = (config.getini(ini.version_match) or "").strip()
-        choices = flags.VERSION_MATCHES
-        if version_match and version_match not in choices:
-            raise _usage(f"ini {ini.version_match} = {version_match!r} "
-                         f"{_ini_source(config, ini.version_match)}: expected "
-                         f"one of {', '.join(choices)}")
-        report = opt.autotune_report
-        if report:
-            report = os.path.join(str(config.invocation_params.dir), report)
-        if cache is None:
-            asked = [name for name, on in (
-                ("--autotune-update", opt.autotune_update),
-                ("--autotune-prune-unused", opt.autotune_prune_unused),
-                ("--autotune-require-complete",
-                 opt.autotune_require_complete),
-                ("--autotune-report", report)) if on]
-            if asked:
-                raise _usage(f"{asked[0]} needs a cache: set {ini.cache} in "
-                             "the ini file or pass --autotune-cache=PATH")
-            return None
-        cache = os.path.normpath(cache)
-        shown = os.path.relpath(cache, str(config.invocation_params.dir))
-        if shown.startswith(".."):
-            shown = cache
-        if opt.autotune_prune_unused and not opt.autotune_update:
-            raise _usage("--autotune-prune-unused only works with "
-                         "--autotune-update")
-        settings = cls(cache, opt.autotune_update, opt.autotune_prune_unused,
-                       require and not opt.autotune_update, report, backend,
-                       retune=bool(getattr(opt, "autotune_update_all",
-                                           False)))
-        settings.shown = shown
-        settings.version_match = version_match or None
-        settings.compiled = _compiled_dir(config, ini, ini_dir)
-        if not hasattr(config, "workerinput"):
-            settings.check_paths()
-        return settings
-
-    def check_paths(self):
-        """Bad paths stop the run before any test (and any tuning)."""
-        if not self.update:
-            if not os.path.exists(self.cache):
-                raise _usage(f"{self.shown} does not exist; run `pytest "
-                             "--autotune-update` to create it")
-            return
-        directory = os.path.dirname(self.cache) or "."
-        if not os.path.isdir(directory) and not os.path.lexists(directory):
-            try:  # a first update creates the cache's directory
-                os.makedirs(directory)
-            except OSError as e:
-                raise _usage(f"--autotune-update: cannot create the "
-                             f"directory of {self.shown}: {e.strerror or e}")
-        if not os.path.isdir(directory):
-            raise _usage(f"--autotune-update: cannot write {self.shown}: "
-                         f"{directory} is not a directory")
-        if os.path.isdir(self.cache):
-            raise _usage(f"--autotune-update: {self.shown} is a directory, "
-                         "not a results file")
-        problem = _write_problem(directory)
-        if problem is None and os.path.exists(self.cache) and \
-                not os.access(self.cache, os.W_OK):
-            problem = "the file is read-only"
-        if problem:
-            raise _usage(f"--autotune-update: cannot write {self.shown}: "
-                         f"{problem}; nothing was tuned or written")
-
-
-def _check_ini_keys(config):
-    """A misspelt autotune ini key would silently do nothing."""
-    ini = config.stash[_INI]
-    for name in ini.file_keys(config):
-        if name.startswith("autotune") and name not in ini.keys:
-            close = difflib.get_close_matches(name, ini.keys, n=1)
-            hint = f"did you mean {close[0]}? " if close else ""
-            raise _usage(f"unknown ini key {name!r} in {config.inipath}; "
-                         f"{hint}known keys: {', '.join(ini.keys)}")
-
-
-def _ini_given(config, name):
-    """Whether the ini file or -o sets `name` (read from the file itself:
-    config.inicfg is deprecated from pytest 9.2)."""
-    ini = config.stash[_INI]
-    return name in ini.file_keys(config) or \
-        name in ini.override_names(config.option)
-
-
-def _ini_source(config, name):
-    """Where an ini value came from, for messages: -o beats the file."""
-    if name in config.stash[_INI].override_names(config.option):
-        return "(given with -o/--override-ini)"
-    if config.inipath:
-        return f"in {config.inipath}"
-    return "in the ini file"
-
-
-def _ini_bool(config, name):
-    raw = config.getini(name)
-    value = str(raw).strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise _usage(f"ini {name} = {raw!r} {_ini_source(config, name)}: "
-                 "expected true or "
-                 "false")
-
-
-def _write_problem(directory):
-    """Why a file cannot be created in `directory` (None: it can). Tries for
-    real: permission bits do not bind every user or file system."""
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".autotune-probe.",
-                                     dir=directory)
-    except OSError as e:
-        return f"directory {directory} is not writable ({e.strerror})"
-    os.close(fd)
-    os.unlink(probe)
-    return None
-
-
 _PLUGIN = pytest.StashKey()
-_INI = pytest.StashKey()
 _ITEM_START = pytest.StashKey()
 _MARKER_ERROR = pytest.StashKey()
 
@@ -409,7 +206,7 @@ class AutotunePlugin:
             codec.decode_heads(entries)
             return entries
         except codec.CacheFileError as e:
-            raise _usage(f"{e}; nothing was tuned or written (fix or delete "
+            raise usage_error(f"{e}; nothing was tuned or written (fix or delete "
                          "the file)")
 
     # -- sessions ----------------------------------------------------------
@@ -484,13 +281,13 @@ class AutotunePlugin:
         try:
             self.main = self.start_session(self.base_options())
         except runtime_session.AutotuneError as e:
-            raise _usage(str(e).replace("autotune: ", "", 1)) from None
+            raise usage_error(str(e).replace("autotune: ", "", 1)) from None
 
     def _validate_cache(self):
         try:
             codec.load_results(self.settings.cache)
         except codec.CacheFileError as e:
-            raise _usage(f"cannot load autotune results: {e}") from None
+            raise usage_error(f"cannot load autotune results: {e}") from None
 
     def pytest_report_header(self, config):
         s = self.settings
@@ -624,23 +421,22 @@ class AutotunePlugin:
             _install(None)
             return
         stats, misses, runs = self._gather()
-        self.result = {"mode": "update" if self.settings.update else "load",
-                       "retune": self.settings.retune,
-                       "cache": self.settings.cache, **stats,
-                       "fusions": self._fusions,
-                       "missing": [m for m in misses
-                                   if m["status"] == "missing"],
-                       "stale": [m for m in misses if m["status"] == "stale"],
-                       "bypassing": self._bypassing,
-                       "compiled_kernels": self._compiled}
+        self.result = PluginResult(
+            mode="update" if self.settings.update else "load",
+            retune=self.settings.retune, cache=self.settings.cache, **stats,
+            fusions=self._fusions,
+            missing=[m for m in misses if m["status"] == "missing"],
+            stale=[m for m in misses if m["status"] == "stale"],
+            bypassing=self._bypassing, compiled_kernels=self._compiled)
         if self.settings.update:
             self._finish_update(session, exitstatus, runs)
         if self.settings.report:
             try:
                 codec.atomic_write(self.settings.report, json.dumps(
-                    self.result, indent=2, sort_keys=True).encode() + b"\n")
+                    self.result.as_dict(), indent=2, sort_keys=True
+                ).encode() + b"\n")
             except codec.CacheFileError as e:
-                self.result.setdefault("errors", []).append(str(e))
+                self.result.add_error(str(e))
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         if self.shared_dir is not None:
             shutil.rmtree(self.shared_dir, ignore_errors=True)
@@ -712,21 +508,22 @@ class AutotunePlugin:
         old = self.old_entries or []
         updated = cache_update.update(old, runs,
                                       prune_devices=devices if prune else ())
-        self.result["conflicts"] = [c.as_dict() for c in updated.conflicts]
+        result = self.result
+        result.conflicts = [c.as_dict() for c in updated.conflicts]
         if exitstatus != 0 or session.testsfailed:
-            self.result["written"] = False
-            self.result["not_written_because"] = (
+            result.written = False
+            result.not_written_because = (
                 f"{session.testsfailed} test(s) failed" if session.testsfailed
                 else f"pytest exit status {int(exitstatus)}")
             return
         if self.settings.prune and self.narrowed:
-            self.result["prune_refused"] = ("not a full run: "
-                                            + "; ".join(self.narrowed))
+            result.prune_refused = "not a full run: " + "; ".join(
+                self.narrowed)
         if not prune and not self.narrowed:
             # Kept on the devices this run ran on, though no test used
             # them (a shape no test calls any more): said, with the flag
             # that drops them.
-            self.result["unused"] = [
+            result.unused = [
                 _describe(e.key) for e in sorted(updated.kept,
                                                  key=lambda e: e.key)
                 if e.key.device in devices]
@@ -736,25 +533,25 @@ class AutotunePlugin:
         # compared with the old one measured in this run when it was.
         self.changes = summary.CacheChanges(
             old, new, not_offered=summary.not_offered_fusions(self._fusions))
-        self.result["changes"] = self.changes.as_dict()
-        self.result["entries"] = len(new)
+        result.changes = self.changes
+        result.entries = len(new)
         try:
             # Leaves a file that already holds these bytes alone (an
             # unchanged cache keeps its inode and time stamps); an entry
             # whose winner stayed may still have gained measured configs.
             written = codec.dump_results(new, cache)
         except (codec.CacheFileError, OSError) as e:
-            self.result["written"] = False
-            self.result["not_written_because"] = str(e)
+            result.written = False
+            result.not_written_because = str(e)
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             return
-        self.result["written"] = bool(written)
+        result.written = bool(written)
         if not written:
-            self.result["not_written_because"] = "no change"
+            result.not_written_because = "no change"
 
     def pytest_terminal_summary(self, terminalreporter):
         pytest_terminal.write_summary(terminalreporter, self.result,
-                                      self.changes, self.config)
+                                      self.config)
 
 
 def bypassing_kernels(root):

@@ -1,15 +1,14 @@
 """What the pytest plugin writes on pytest's terminal: the progress lines
 while the tests run (TerminalProgress, the `autotune` logger's lines shown
 through pytest's capture) and the plugin's section of the terminal summary
-at the end (write_summary, from the session's result record). The hooks
-that call them are autotune/pytest_plugin.py's."""
+at the end (write_summary, the lines of the session's result record,
+autotune/pytest_result.py). The hooks that call them are
+autotune/pytest_plugin.py's."""
 import logging
 import os
 
 from autotune.log import printable
-from autotune.runtime.run_report import unmeasured_text
 from autotune.log import redact_text  # a URL's password never shows
-from autotune.binaries import triton_cache
 
 
 def relative(path, config):
@@ -33,103 +32,18 @@ class _Escaped:
         self._reporter.write_line(printable(text), **markup)
 
 
-def _outcomes(r):
-    """What became of the fusions the tests met. Under
-    --autotune-update=all every one is re-measured on purpose: those are
-    counted as re-measured, not as missed and tuned."""
-    remote = f"{r['remote_hits']} remote hits, " if r["remote_hits"] else ""
-    if not r.get("retune"):
-        return (f"{r['hits']} hits, {remote}{r['tuned']} tuned, "
-                f"{r['misses']} missed")
-    untuned = r["misses"] - r["tuned"]
-    return (f"{r['tuned']} re-measured, {r['hits']} hits, {remote}"
-            + (f"{untuned} missed and not tuned" if untuned > 0 else
-               "0 missed"))
-
-
-def write_summary(terminalreporter, result, changes, config):
-    """The plugin's section of pytest's terminal summary, from the
-    session's result record (the JSON report's contents) and, after an
-    update, its CacheChanges; nothing when the session did not autotune."""
-    r = result
-    if r is None:
+def write_summary(terminalreporter, result, config):
+    """The plugin's section of pytest's terminal summary: the lines of the
+    session's result record (autotune.pytest_result:PluginResult), the
+    cache named as the user names it; nothing when the session did not
+    autotune."""
+    if result is None:
         return
     tr = _Escaped(terminalreporter)
     tr.write_sep("-", "autotune")
-    tr.write_line(
-        f"autotune: {_outcomes(r)}; {r['candidate_benchmarks']} candidate "
-        f"benchmarks, {r['tuning_seconds']:.2f} s tuning, "
-        f"{r['saved_seconds']:.2f} s saved "
-        f"({r['mode'] + ('=all' if r.get('retune') else '')} "
-        f"{relative(r['cache'], config)})")
-    if r.get("compiled_kernels"):
-        tr.write_line("autotune: " + triton_cache.counts_text(
-            r["compiled_kernels"]))
-    if r.get("unmeasured_configs"):
-        tr.write_line("autotune: " + unmeasured_text(
-            r["unmeasured_configs"], r.get("unmeasured_fusions", 0))
-            + ": `pytest --autotune-update` measures them")
-    if r.get("drifted_entries"):
-        tr.write_line(f"autotune: {r['drifted_entries']} hit(s) tuned "
-                      "under another Triton, torch or CUDA version: "
-                      "`pytest --autotune-update=all` refreshes them "
-                      "(docs/trusting-caches.md)")
-    # In load mode each line says how to fix it; an update fixes them.
-    fix = "" if r["mode"] == "update" else \
-        "; fix: `pytest --autotune-update`, then commit the cache"
-    for miss in r["missing"] + r["stale"]:
-        tr.write_line(f"  {miss['status']}: {miss['kernel']} "
-                      f"[{miss['signature']}] on {miss['device']}: "
-                      f"{miss['reason']}{fix}")
-    if r["bypassing"]:
-        tr.write_line(
-            f"autotune: {len(r['bypassing'])} kernel(s) decorated with "
-            f"Triton's own triton.autotune did not use the cache: "
-            f"{', '.join(r['bypassing'])}; `autotune.install()` in "
-            "conftest.py, `autotune_dropin = true` in the ini file or "
-            "AUTOTUNE_FLAGS=--autotune_dropin routes them through it",
-            yellow=True)
-    for error in r.get("errors", []):
-        tr.write_line(f"autotune: error: {error}", red=True)
-    # A fusion whose stored candidates do not decode: named, and left
-    # out of the report; the tests ran with its config all the same.
-    for fusion in r.get("fusions", []):
-        if fusion.get("error"):
-            tr.write_line(f"autotune: bad entry: {fusion['error']} "
-                          "(its candidates are left out of the "
-                          "report)", red=True)
-    for c in r.get("conflicts", []):
-        tr.write_line(
-            f"autotune: conflict: {c['kernel']} [{c['signature']}] on "
-            f"{c['device']}: {c['first']['source']} has "
-            f"{c['first']['best']} ({c['first']['run_time_us']:.3f} us), "
-            f"{c['second']['source']} has {c['second']['best']} "
-            f"({c['second']['run_time_us']:.3f} us); kept {c['kept']}")
-    if r["mode"] != "update":
-        return
-    cache = relative(r["cache"], config)
-    if "prune_refused" in r:
-        tr.write_line(f"autotune: --autotune-prune-unused ignored, "
-                      f"{r['prune_refused']}")
-    unused = r.get("unused") or []
-    if unused:
-        named = "; ".join(f"{u['kernel']} [{u['signature']}]"
-                          for u in unused[:5])
-        more = f"; and {len(unused) - 5} more" if len(unused) > 5 else ""
-        tr.write_line(f"autotune: {len(unused)} entr"
-                      f"{'y' if len(unused) == 1 else 'ies'} no test of "
-                      f"this run used kept in {cache}: {named}{more}; "
-                      "`pytest --autotune-update --autotune-prune-unused` "
-                      "on a full run drops them")
-    if changes is not None:
-        tr.write_line(f"autotune: {cache}: {r['entries']} entries; "
-                      f"{changes.headline()}")
-        for line in changes.lines(limit=20):
-            tr.write_line("  " + line)
-    if not r.get("written"):
-        why = r.get("not_written_because", "")
-        tr.write_line(f"autotune: {cache} left untouched ({why})",
-                      **({} if why == "no change" else {"red": True}))
+    for line in result.lines(relative(result.cache, config)):
+        tr.write_line(line.text, **({line.color: True} if line.color
+                                    else {}))
 
 
 class TerminalProgress(logging.Handler):

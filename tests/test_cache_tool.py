@@ -389,8 +389,8 @@ import json, sys
 if sys.argv[1] == "dropin":
     import autotune
     autotune.install()
-from autotune.cli import cache_tool
-print(json.dumps(cache_tool.tree_kernels(["inplace"])))
+from autotune.cli import kernel_tree
+print(json.dumps(kernel_tree.tree_kernels(["inplace"])))
 """
 
 

@@ -7,6 +7,7 @@ from autotune import codec
 from autotune.cache import update
 from autotune.cli import regenerate
 from autotune.pytest_plugin import AutotunePlugin
+from autotune.pytest_result import PluginResult
 from autotune.records import Candidate, Config
 from autotune.runtime import dump
 
@@ -143,11 +144,9 @@ def test_regenerate_prunes_the_dumps_device():
 def test_the_dump_at_exit_keeps_what_it_did_not_replace(tmp_path):
     path = tmp_path / "dump.textproto"
     codec.dump_results(OLD, path)
-    session = types.SimpleNamespace(
-        cache=types.SimpleNamespace(memory={e.key: e for e in RUN}),
-        compile_requests={},
-        options=types.SimpleNamespace(autotune_max_cache_bytes=None))
-    entries, kept = dump.merged_entries(session, str(path))
+    source = dump.DumpSource(memory={e.key: e for e in RUN},
+                             compile_requests={}, max_cache_bytes=None)
+    entries, kept = dump.merged_entries(source, str(path))
     expected = update.update(OLD, [("this run", RUN)])
     assert codec.sort_entries(entries) == codec.sort_entries(
         expected.entries)
@@ -160,10 +159,11 @@ def test_the_plugins_update_prunes_only_the_devices_it_ran_on(tmp_path):
     plugin = types.SimpleNamespace(
         settings=types.SimpleNamespace(cache=str(path), prune=True),
         narrowed=[], sessions=[], worker_outputs=[], old_entries=OLD,
-        result={}, _fusions=[])
+        result=PluginResult(mode="update", retune=False, cache=str(path)),
+        _fusions=[])
     AutotunePlugin._finish_update(
         plugin, types.SimpleNamespace(testsfailed=0), 0, [("gw0", RUN)])
     expected = update.update(OLD, [("gw0", RUN)], prune_devices={CPU})
-    assert plugin.result["written"] is True
+    assert plugin.result.written is True
     assert codec.load_results(path) == codec.sort_entries(expected.entries)
     assert entry(3, device=GPU) in codec.load_results(path)

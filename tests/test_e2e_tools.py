@@ -12,7 +12,7 @@ import pytest
 
 import autotune
 from autotune import codec
-from autotune.cli import regenerate
+from autotune.cli import regenerate, regenerate_bazel
 from autotune.records import CacheKey, Candidate, Config, Entry, Provenance
 
 import tiny_kernels as tk
@@ -275,7 +275,7 @@ def test_placeholders_for_missing_caches_are_removed_unless_written(
 ])
 def test_a_pattern_naming_a_load_target_stands_for_its_dump_target(
         pattern, expected):
-    assert regenerate.split_target_pattern(pattern) == expected
+    assert regenerate_bazel.split_target_pattern(pattern) == expected
 
 
 # -- the bazel command regenerate runs -------------------------------------
@@ -285,21 +285,21 @@ def test_dump_targets_run_under_the_gpu_slot_label(tmp_path):
     (remote execution has no host paths); named as the workspace being
     regenerated names it."""
     env = {"AUTOTUNE_LOCK_DIR": str(tmp_path / "locks")}
-    args = regenerate.slot_args([], env)
+    args = regenerate_bazel.slot_args([], env)
     assert args[0] == "--run_under=@rules_autotune//tools:gpu_slot"
     # rules_autotune's own workspace.
-    assert regenerate.gpu_slot_label(env, workspace=ROOT) == \
+    assert regenerate_bazel.gpu_slot_label(env, workspace=ROOT) == \
         "//tools:gpu_slot"
     # Under `bazel run` from a Bzlmod workspace: the canonical name.
     for canonical in ("rules_autotune+", "rules_autotune~"):
         runfiles = str(tmp_path / "regenerate.runfiles" / canonical)
-        old = regenerate.ROOT
-        regenerate.ROOT = runfiles
+        old = regenerate_bazel.ROOT
+        regenerate_bazel.ROOT = runfiles
         try:
-            assert regenerate.gpu_slot_label({"RUNFILES_DIR": "x"}) == \
+            assert regenerate_bazel.gpu_slot_label({"RUNFILES_DIR": "x"}) == \
                 f"@@{canonical}//tools:gpu_slot"
         finally:
-            regenerate.ROOT = old
+            regenerate_bazel.ROOT = old
 
 
 @pytest.mark.parametrize("release, expected", [
@@ -313,7 +313,7 @@ def test_dump_targets_run_under_the_gpu_slot_label(tmp_path):
 ])
 def test_outputs_are_plain_files_where_bazel_can_and_always_downloaded(
         release, expected):
-    assert regenerate.output_args(release) == expected
+    assert regenerate_bazel.output_args(release) == expected
 
 
 def test_the_running_bazels_release_is_read(tmp_path):
@@ -323,14 +323,15 @@ def test_the_running_bazels_release_is_read(tmp_path):
                               ("release no_version", None)):
         fake.write_text(f"#!/bin/sh\necho '{printed}'\n")
         fake.chmod(0o755)
-        assert regenerate.bazel_release(str(fake), str(tmp_path)) == expected
+        assert regenerate_bazel.bazel_release(
+            str(fake), str(tmp_path)) == expected
 
 
 def test_plain_undeclared_outputs_are_read(tmp_path):
     outputs = tmp_path / "test.outputs"
     outputs.mkdir()
     (outputs / "autotune_cache.textproto").write_bytes(b"plain")
-    assert regenerate.test_outputs(str(tmp_path), "//:t",
+    assert regenerate_bazel.test_outputs(str(tmp_path), "//:t",
                                    logs=str(tmp_path)) == {
         "autotune_cache.textproto": b"plain"}
 
@@ -401,7 +402,7 @@ def test_the_bazel_test_command_of_regenerate(tmp_path, monkeypatch,
     fake.chmod(0o755)
     monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.delenv("BUILD_WORKSPACE_DIRECTORY", raising=False)
-    regenerate.run_dump_targets(str(fake), {"//examples:t_autotune_dump":
+    regenerate_bazel.run_dump_targets(str(fake), {"//examples:t_autotune_dump":
                                             None},
                                 os.path.join(ROOT, "examples"), [])
     argv = record.read_text().splitlines()
@@ -421,5 +422,5 @@ def test_only_test_rules_are_dump_targets():
            '<rule class="recorded_attrs" name="//rules/tests:g_autotune_dump">'
            '<list name="tags"><string value="autotune_dump"/></list></rule>'
            '</query>')
-    assert regenerate._parse_query_xml(xml) == {
+    assert regenerate_bazel._parse_query_xml(xml) == {
         "//a:t_autotune_dump": "a/c.textproto"}

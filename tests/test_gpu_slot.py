@@ -147,16 +147,16 @@ def test_the_wrapper_uses_autotunes_lock_directory():
 
 
 def test_regenerate_runs_dump_targets_under_the_wrapper(tmp_path):
-    from autotune.cli import regenerate
+    from autotune.cli import regenerate_bazel
     env = {"AUTOTUNE_LOCK_DIR": str(tmp_path / "l"),
            "AUTOTUNE_GPU_SLOT_DEVICES": "2"}
-    args = regenerate.slot_args([], env)
+    args = regenerate_bazel.slot_args([], env)
     assert args[0].startswith("--run_under=") and \
         args[0].endswith("//tools:gpu_slot")
     assert f"--test_env=AUTOTUNE_LOCK_DIR={tmp_path / 'l'}" in args
     assert f"--sandbox_writable_path={tmp_path / 'l'}" in args
     assert "--test_env=AUTOTUNE_GPU_SLOT_DEVICES=2" in args
-    assert regenerate.slot_args(["--run_under=mine"], env) == []
+    assert regenerate_bazel.slot_args(["--run_under=mine"], env) == []
 
 
 # -- values and files the wrapper does not trust ----------------------------
@@ -341,24 +341,25 @@ def test_a_relative_or_tilde_lock_directory_is_one_line(tmp_path, value):
 
 
 def test_regenerate_refuses_a_relative_lock_directory(tmp_path, monkeypatch):
-    from autotune.cli import regenerate
+    from autotune.cli import regenerate_bazel
     from autotune.errors import RegenerateError
     monkeypatch.chdir(tmp_path)
     with pytest.raises(RegenerateError, match="lock directory locks: .*"
                        "absolute"):
-        regenerate.slot_args([], {"AUTOTUNE_LOCK_DIR": "locks"})
+        regenerate_bazel.slot_args([], {"AUTOTUNE_LOCK_DIR": "locks"})
     assert os.listdir(tmp_path) == []
 
 
 def test_regenerate_hands_a_persistent_triton_cache_to_the_dump_targets(
         tmp_path):
-    from autotune.cli import regenerate
+    from autotune.cli import regenerate_bazel
     folder = str(tmp_path / "triton")
-    assert regenerate.triton_cache_args({"TRITON_CACHE_DIR": folder}) == [
+    assert regenerate_bazel.triton_cache_args(
+        {"TRITON_CACHE_DIR": folder}) == [
         f"--test_env=TRITON_CACHE_DIR={folder}",
         f"--sandbox_writable_path={folder}"]
     assert os.path.isdir(folder)
-    assert regenerate.triton_cache_args({}) == []
-    with pytest.raises(regenerate.RegenerateError) as raised:
-        regenerate.triton_cache_args({"TRITON_CACHE_DIR": "cache"})
+    assert regenerate_bazel.triton_cache_args({}) == []
+    with pytest.raises(regenerate_bazel.RegenerateError) as raised:
+        regenerate_bazel.triton_cache_args({"TRITON_CACHE_DIR": "cache"})
     assert "relative path" in str(raised.value)

@@ -42,7 +42,8 @@ LAYERS = (
     ("search", ("autotune.search",)),
     ("report", ("autotune.report",)),
     ("runtime", ("autotune.runtime",)),
-    ("tools", ("autotune.cli", "autotune.pytest_terminal",
+    ("tools", ("autotune.cli", "autotune.pytest_result",
+               "autotune.pytest_settings", "autotune.pytest_terminal",
                "autotune.pytest_plugin")),
     ("face", ("autotune.__init__", "autotune.dropin", "autotune.kernels")),
     # Outside the package: nothing in it may import these.

@@ -77,7 +77,7 @@ def test_entries_measured_differently_are_not_compared_head_to_head():
 def test_a_tuned_entry_records_its_method_and_what_tuning_bought(
         session_factory, tmp_path):
     import tiny_kernels as tk
-    from autotune.cli import cache_tool
+    from autotune.cli import cache_show
     dump = tmp_path / "c.textproto"
     sess = session_factory(dump_autotune_results_to=str(dump))
     tk.run(tk.make_tuner(tk.GOOD), 40)
@@ -88,7 +88,7 @@ def test_a_tuned_entry_records_its_method_and_what_tuning_bought(
                                   "3 repetitions, median; rule ")
     first = next(c for c in entry.candidates if c.config == tk.GOOD[0])
     assert prov.default_run_time_us == first.run_time_us
-    lines = cache_tool.candidate_table(summary.fusion_record(entry.key,
+    lines = cache_show.candidate_table(summary.fusion_record(entry.key,
                                                              entry))
     assert any(line.strip().endswith("the first offered config (an untuned "
                                      "launch)") for line in lines), lines

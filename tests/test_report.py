@@ -11,7 +11,7 @@ import pytest
 
 import autotune
 from autotune import codec
-from autotune.cli import cache_tool
+from autotune.cli import cache_show, cache_tool
 from autotune.records import (CacheKey, Candidate, Config, Entry,
                               Provenance)
 from autotune.report import page, summary
@@ -780,7 +780,7 @@ def test_page_shows_each_devices_coverage_as_show_coverage_does():
     assert rows == [
         (h100, "1/2", "<code>k [n=2]</code>", "2026-11-29T10:00:00Z"),
         (DEVICE, "2/2", "none", "2026-11-29T10:00:00Z")]
-    shown = cache_tool.coverage(entries)
+    shown = cache_show.coverage(entries)
     assert [(r["device"], f"{r['entries']}/{r['fusions']}", r["missing"])
             for r in shown] == [(h100, "1/2", ["k [n=2]"]),
                                 (DEVICE, "2/2", [])]

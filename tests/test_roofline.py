@@ -178,7 +178,8 @@ def test_the_run_report_gives_each_fusion_its_figures(session_factory):
     sess = session_factory()
     tuned = autotune.autotune(configs=tk.GOOD, key=["n"])(tk.axpb_kernel)
     tk.run(tuned, 64)
-    fusion, = json.loads(json.dumps(run_report.report(sess)))["fusions"]
+    fusion, = json.loads(json.dumps(run_report.report(sess.run_record()))
+                         )["fusions"]
     f = fusion["roofline"]
     assert (f["bytes"], f["flops"], f["bytes_counted"]) == (
         512.0, None, roofline.LOWER_BOUND)

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from autotune import codec, keys
-from autotune.cli import cache_tool
+from autotune.cli import cache_tool, kernel_tree
 from autotune.runtime.autotuner import Autotuner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,7 +38,7 @@ def _tuners(module):
 def _stale_entries(module):
     known = {n: t.fingerprint for n, t in _tuners(module).items()}
     return [e for e in codec.load_results(CACHE)
-            if cache_tool.stale_reason(e, known)]
+            if kernel_tree.stale_reason(e, known)]
 
 
 def _ruff_format(path, *extra):
@@ -148,7 +148,7 @@ def _project_copy(tmp_path, monkeypatch):
     name = f"rekey_kernels_{next(_NAMES)}"
     shutil.copy(os.path.join(PROJECT, "kernels.py"), tmp_path / f"{name}.py")
     monkeypatch.syspath_prepend(str(tmp_path))
-    tuners = cache_tool.tree_autotuners([name])
+    tuners = kernel_tree.tree_autotuners([name])
     entries = [e.replace(key=e.key._replace(
         fingerprint=tuners[e.key.kernel].source_text_fingerprint))
         for e in codec.load_results(CACHE)]

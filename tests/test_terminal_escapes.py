@@ -118,6 +118,7 @@ def test_the_updating_progress_line_escapes_too(capsys):
 
 def test_the_pytest_summary_prints_cache_values_escaped():
     from autotune import pytest_terminal
+    from autotune.pytest_result import PluginResult
     lines = []
     reporter = types.SimpleNamespace(
         write_sep=lambda *a, **k: None,
@@ -126,18 +127,18 @@ def test_the_pytest_summary_prints_cache_values_escaped():
         invocation_params=types.SimpleNamespace(dir="/"))
     side = {"source": "a.textproto", "best": "ACT=relu" + NASTY,
             "run_time_us": 1.0}
-    result = {
-        "hits": 0, "remote_hits": 0, "tuned": 0, "misses": 1,
-        "candidate_benchmarks": 0, "tuning_seconds": 0.0,
-        "saved_seconds": 0.0, "mode": "load", "cache": "/c.textproto",
-        "missing": [{"status": "missing", "kernel": "kern" + NASTY,
-                     "signature": "n=40", "device": "cpu",
-                     "reason": "none"}],
-        "stale": [], "bypassing": [], "errors": [],
-        "conflicts": [{"kernel": "kern" + NASTY, "signature": "n=40",
-                       "device": "cpu", "first": side, "second": side,
-                       "kept": "first"}]}
-    pytest_terminal.write_summary(reporter, result, None, config)
+    result = PluginResult(
+        hits=0, remote_hits=0, tuned=0, misses=1,
+        candidate_benchmarks=0, tuning_seconds=0.0,
+        saved_seconds=0.0, mode="load", retune=False, cache="/c.textproto",
+        missing=[{"status": "missing", "kernel": "kern" + NASTY,
+                  "signature": "n=40", "device": "cpu",
+                  "reason": "none"}],
+        stale=[], bypassing=[], errors=[],
+        conflicts=[{"kernel": "kern" + NASTY, "signature": "n=40",
+                    "device": "cpu", "first": side, "second": side,
+                    "kept": "first"}])
+    pytest_terminal.write_summary(reporter, result, config)
     text = "\n".join(lines)
     _assert_clean(text)
     assert "conflict: kern" + ESCAPED in text and \

@@ -24,7 +24,6 @@ from where bazel was run). Text or binary: by extension (.txt .textproto
 import argparse
 import collections
 import datetime
-import importlib
 import json
 import math
 import os
@@ -33,232 +32,19 @@ import sys
 from autotune import codec
 from autotune.cache import merge
 from autotune.cache import io as cache_io
-from autotune.cache.io import materialize, read_cache, stats, write_cache
+from autotune.cache.io import materialize, read_cache, write_cache
 from autotune.cli import compile_cache, doctor, merge_driver, remote_tool, report
+from autotune.cli.cache_show import cmd_show
+from autotune.cli.kernel_tree import (offer_findings, stale_reason,
+                                      tree_autotuners, tree_stale_reason)
 from autotune.binaries import compile_requests
-from autotune.report import coverage as report_coverage
-from autotune.report import roofline, summary
-from autotune.records import (KEY_VERSION, Config)
-from autotune.runtime import freshness, offers
-from autotune.errors import (AutotuneError, CacheFileError, RemoteToolError,
-                             ToolError)
+from autotune.report import summary
+from autotune.records import KEY_VERSION
+from autotune.runtime import freshness
+from autotune.errors import CacheFileError, RemoteToolError, ToolError
 from autotune.log import printable
 
 POLICIES = merge.POLICIES
-
-
-def _show_candidates(args):
-    out = []
-    for path in args.paths:
-        entries = read_cache(path, parse_all=True)
-        materialize(entries, path, everything=True)
-        out.append({"path": path, "fusions": summary.fusion_records(
-            entries, args.kernel)})
-    if args.json:
-        print(json.dumps(out if len(out) > 1 else out[0], indent=2))
-        return 0
-    for item in out:
-        print(printable(f"{item['path']}: {len(item['fusions'])} fusions"
-                        + (f" of {args.kernel}" if args.kernel else "")))
-        for record in item["fusions"]:
-            print()
-            for line in candidate_table(record):
-                print(line)
-    return 0
-
-
-def candidate_table(record):
-    """Lines of one fusion's candidate table (show --candidates), with
-    what came from the cache escaped (log.printable)."""
-    lines = [printable(f"{record['kernel']} [{record['signature']}] on "
-                       f"{record['device']}"),
-             printable(f"  winner {record['best']}: "
-                       f"{record['reason_text']}")]
-    if record.get("speedup_over_default"):
-        lines.append(f"  {record['speedup_over_default']:.2f}x the first "
-                     "offered config (an untuned launch)")
-    if record.get("method"):
-        lines.append(printable(f"  measured with {record['method']}"))
-    lines += roofline_lines(record)
-    rows = record["candidates"]
-    if not rows:
-        return lines
-    configs = [printable(r["config"]) for r in rows]
-    width = max(map(len, configs))
-    rates = [roofline.format_rate(r.get("bytes_per_s"), "B/s")
-             for r in rows]
-    rate_width = max(map(len, rates + ["bytes/s"])) \
-        if any(r.get("bytes_per_s") for r in rows) else 0
-    rate_head = f"  {'bytes/s':>{rate_width}}" if rate_width else ""
-    lines.append(f"    {'config':<{width}}  {'time (us)':>12}  {'ratio':>6}"
-                 f"  {'spread':>6}{rate_head}  failure")
-    for r, config, rate in zip(rows, configs, rates):
-        time = f"{r['run_time_us']:.3f}" if r["run_time_us"] is not None \
-            else "-"
-        rate = f"  {rate:>{rate_width}}" if rate_width else ""
-        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
-        spread = f"{r['spread'] * 100:.1f}%" if r["spread"] else "-"
-        failure = r["failure"] or ""
-        if r["failure_detail"]:
-            failure += f" ({r['failure_detail'][:60]})"
-        lines.append(f"  {'*' if r['winner'] else ' '} "
-                     f"{config:<{width}}  {time:>12}  {ratio:>6}  "
-                     f"{spread:>6}{rate}  {printable(failure)}".rstrip())
-    return lines
-
-
-def roofline_lines(record):
-    """What the winner's launch moves and achieves against the device's
-    roof (report/roofline.py), each figure with where it came from, and
-    the advice for a fusion far below it."""
-    f = record.get("roofline")
-    if not f:
-        return []
-    rate = roofline.format_rate
-    moved = f"  moves {rate(f['bytes'], 'B')} ({f['bytes_counted']})"
-    if f["flops"]:
-        moved += (f", {rate(f['flops'], 'FLOP')} at {f['precision']}, "
-                  f"{f['arithmetic_intensity']:.3g} FLOP/B")
-    lines = [moved]
-    if f["bytes_per_s"] is not None:
-        achieved = f"  achieves {rate(f['bytes_per_s'], 'B/s')}"
-        if f["flops_per_s"]:
-            achieved += f", {rate(f['flops_per_s'], 'FLOP/s')}"
-        if f["note"]:
-            achieved += f" ({f['note']})"
-        if f["share_of_roof"] is not None:
-            achieved += (f": {f['share_of_roof'] * 100:.0f} % of "
-                         f"{f['share_of']}"
-                         f" ({rate(_roof_value(f), _roof_unit(f))})")
-            if f["bound"]:
-                achieved += f", {f['bound']}-bound"
-        elif f["gpu_figures"]:
-            achieved += ": no roof known for this device"
-        lines.append(achieved)
-    if record.get("advice"):
-        lines.append(printable(f"  advice: {record['advice']}"))
-    return [printable(line) for line in lines]
-
-
-def _roof_value(f):
-    return f["roof_peak_flops"] if f["bound"] == "compute" \
-        else f["roof_bandwidth"]
-
-
-def _roof_unit(f):
-    return "FLOP/s" if f["bound"] == "compute" else "B/s"
-
-
-def cmd_show(args):
-    if args.candidates:
-        return _show_candidates(args)
-    if args.compile_requests:
-        return _show_compile_requests(args)
-    if args.coverage:
-        return _show_coverage(args)
-    if args.kernel:
-        raise ToolError("show: --kernel goes with --candidates")
-    out = []
-    for path in args.paths:
-        entries = read_cache(path, parse_all=True)
-        info = stats(entries, path)
-        if args.entries:
-            info["list"] = [{"device": e.key.device, "kernel": e.key.kernel,
-                             "signature": e.key.signature,
-                             "best": e.best.short(),
-                             "run_time_us": e.run_time_us}
-                            for e in sorted(entries,
-                                             key=summary.entry_sort_key)]
-        out.append(info)
-    if args.json:
-        print(json.dumps(out if len(out) > 1 else out[0], indent=2))
-        return 0
-    # Names and values from the cache are escaped (log.printable): a
-    # cache file may come from anyone, and must not drive the terminal.
-    for info in out:
-        print(printable(f"{info['path']}: {info['entries']} entries, "
-                        f"{info['bytes']} bytes; oldest {info['oldest']}, "
-                        f"newest {info['newest']}"))
-        if info.get("dangling_links"):
-            print(f"  skipped {info['dangling_links']} dangling link(s) "
-                  "(entries moved aside as .corrupt-*, naming nothing)")
-        for title, key in (("device", "by_device"), ("kernel", "by_kernel"),
-                           ("triton", "by_triton_version")):
-            for name, count in info[key].items():
-                print(f"  {title:<7} {count:>8}  {printable(name)}")
-        for item in info.get("list", []):
-            print(printable(f"  {item['kernel']} [{item['signature']}] on "
-                            f"{item['device']}: {item['best']} "
-                            f"({item['run_time_us']:.3f} us)"))
-    return 0
-
-
-def coverage(entries, tuners=None):
-    """report/coverage.py's table; with tuners (tree_autotuners: the
-    tree's kernels) the stale entries are named too."""
-    stale_reason = None if tuners is None else \
-        (lambda entry: tree_stale_reason(entry, tuners))
-    return report_coverage.coverage(entries, stale_reason)
-
-
-def _show_coverage(args):
-    """show --coverage: the coverage table of each cache."""
-    tuners = tree_autotuners(args.kernel_module) if args.kernel_module \
-        else None
-    out = []
-    for path in args.paths:
-        rows = coverage(read_cache(path, parse_all=True), tuners)
-        out.append({"path": path, "devices": rows,
-                    "stale_checked": tuners is not None})
-    if args.json:
-        print(json.dumps(out if len(out) > 1 else out[0], indent=2))
-        return 0
-    for item in out:
-        print(printable(f"{item['path']}: coverage by device"
-                        + ("" if item["stale_checked"] else
-                           " (stale not checked: give --kernel_module)")))
-        for row in item["devices"]:
-            print(printable(
-                f"  {row['device']}: {row['entries']}/{row['fusions']} "
-                f"fusions, {len(row['missing'])} missing, "
-                f"{len(row['stale'])} stale; last tuned "
-                f"{row['last_tuned'] or 'unknown'}"))
-            for name in row["missing"]:
-                print(printable(f"    missing: {name}"))
-            for name in row["stale"]:
-                print(printable(f"    stale: {name}"))
-    return 0
-
-
-def _show_compile_requests(args):
-    """Every entry's compile requests (what `compile` builds)."""
-    out = []
-    for path in args.paths:
-        for entry in sorted(read_cache(path, parse_all=True),
-                            key=summary.entry_sort_key):
-            if args.kernel and entry.key.kernel != args.kernel:
-                continue
-            out.append({"path": path, "device": entry.key.device,
-                        "kernel": entry.key.kernel,
-                        "signature": entry.key.signature,
-                        "best": entry.best.short(),
-                        "compile_requests": [r._asdict() for r in
-                                             entry.compile_requests]})
-    if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
-    for item in out:
-        print(printable(f"{item['path']}: {item['kernel']} "
-                        f"[{item['signature']}] on {item['device']}: "
-                        f"{item['best']}"))
-        for request in item["compile_requests"]:
-            print(printable(f"  {request['kernel']}({request['arguments']})"
-                            f" [{request['options']}] triton "
-                            f"{request['triton_version']}"))
-        if not item["compile_requests"]:
-            print("  no compile request (record one with a dump or an "
-                  "update)")
-    return 0
 
 
 # -- diff -----------------------------------------------------------------
@@ -297,107 +83,6 @@ def cmd_merge(args):
 
 
 # -- verify / prune ---------------------------------------------------------
-
-def tree_kernels(modules):
-    """{kernel name: fingerprint} of the tuned kernels in these modules:
-    this project's autotuners, and kernels decorated with Triton's own
-    triton.autotune, which the drop-in tunes under the same name and
-    fingerprint."""
-    return {name: tuner.fingerprint
-            for name, tuner in tree_autotuners(modules).items()}
-
-
-def tree_autotuners(modules):
-    """{kernel name: autotuner} of the tuned kernels in these modules (see
-    tree_kernels)."""
-    from autotune.runtime.autotuner import Autotuner
-    from autotune.runtime.triton_patch import (from_triton_autotuner,
-                                               is_triton_autotuner)
-    # The current directory too, as `python -m` would: the installed
-    # `autotune_cache` command starts with its own bin directory there.
-    for directory in (workspace_import_root(), os.getcwd()):
-        if directory and directory not in sys.path:
-            sys.path.append(directory)
-    known = {}
-    for name in modules:
-        try:
-            module = importlib.import_module(name)
-        # The module's own code raised: anything, KeyboardInterrupt and
-        # SystemExit included, is one line, not a traceback or a silent
-        # exit.
-        except (Exception, KeyboardInterrupt, SystemExit) as e:
-            detail = f": {e}" if str(e) else ""
-            raise ToolError(printable(
-                f"--kernel_module={name}: cannot import: "
-                f"{type(e).__name__}{detail}"[:1000])) from None
-        for value in vars(module).values():
-            if is_triton_autotuner(value):
-                try:
-                    value = from_triton_autotuner(value)
-                except AutotuneError as e:
-                    raise ToolError(f"--kernel_module={name}: {e}")
-            if isinstance(value, Autotuner):
-                known[value.name] = value
-    return known
-
-
-# What marks the root of a Bazel workspace (REPO.bazel from Bazel 7 on).
-WORKSPACE_MARKERS = ("MODULE.bazel", "WORKSPACE", "WORKSPACE.bazel",
-                     "REPO.bazel")
-
-
-def find_workspace(start):
-    """The Bazel workspace root that contains `start`, or None."""
-    here = os.path.abspath(start)
-    while True:
-        if any(os.path.isfile(os.path.join(here, marker))
-               for marker in WORKSPACE_MARKERS):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            return None
-        here = parent
-
-
-def workspace_import_root():
-    """Where --kernel_module names are imported from: the workspace `bazel
-    run` was called in, else the Bazel workspace containing the current
-    directory (so `mykernels.gelu` works from any subdirectory)."""
-    return os.environ.get("BUILD_WORKSPACE_DIRECTORY") or \
-        find_workspace(os.getcwd())
-
-
-def stale_reason(entry, known):
-    fp = known.get(entry.key.kernel)
-    if fp is None:
-        return "no kernel of this name in the tree"
-    if fp != entry.key.fingerprint:
-        return f"kernel changed (fingerprint {entry.key.fingerprint}, " \
-               f"tree has {fp})"
-    return None
-
-
-def offer_findings(entry, tuner):
-    """(why the tree's decoration no longer offers the entry's winner, or
-    None; how many configs it offers that the entry never measured). The
-    list is read unpruned: a winner outside it is offered for no call;
-    configs never measured are counted only for a list nothing prunes
-    (a pruned-out config was never meant to be measured)."""
-    if tuner.space is not None:
-        offer = offers.Offer(space=tuner.space)
-    else:
-        offer = offers.Offer(lambda: [Config.from_triton(c)
-                                      for c in tuner.configs])
-    # The runtime's answer for this entry (freshness.verdict), as a load
-    # asks it: the versions are verify's own line.
-    found = freshness.verdict(entry.key, (entry, "file"), offer=offer)
-    if not found.usable:
-        return found.words, 0
-    if tuner.space is not None or tuner.early_config_prune or \
-            tuner.perf_model:
-        return None, 0
-    return None, len(found.unmeasured)
-
 
 # What verify cannot tell without the kernels: said in its verdict.
 NOT_CHECKED = ("; kernel fingerprints and offered configs not checked (no "
@@ -665,17 +350,6 @@ def _cutoff(text, now):
     except OverflowError:
         raise ToolError(f"--older_than={text!r}: reaches back before the "
                         "year 1") from None
-
-
-def tree_stale_reason(entry, tuners):
-    """Why the tree (`tuners`, tree_autotuners) makes `entry` stale: its
-    kernel is gone or changed, or its winner is no longer offered; None
-    when it is current. verify and prune --stale judge alike."""
-    reason = stale_reason(entry, {name: tuner.fingerprint
-                                  for name, tuner in tuners.items()})
-    if reason is None:
-        reason = offer_findings(entry, tuners[entry.key.kernel])[0]
-    return reason
 
 
 def cmd_prune(args):

@@ -9,7 +9,7 @@ import secrets
 import stat
 import zlib
 
-from autotune.codec import binary, schema, text
+from autotune.codec import binary, schema, text, text_writer
 from autotune.codec.columns import KEY_OF
 from autotune.errors import CacheFileError
 from autotune.flags import DEFAULT_MAX_CACHE_BYTES
@@ -47,7 +47,7 @@ def encode_chunks(entries, path):
             yield from binary.encode_binary_chunks(entries)
             return
         crc = 0
-        for chunk in text.encode_text_chunks(entries):
+        for chunk in text_writer.encode_text_chunks(entries):
             crc = zlib.crc32(chunk, crc)
             yield chunk
         # A comment to parsers; to our readers, proof that no line was

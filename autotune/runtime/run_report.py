@@ -1,7 +1,11 @@
 """What a session tells at its end: the summary line, the JSON report
 (autotune_report.json, the schema of autotune.report.summary for its
-fusions) and the report page a dump target writes next to its dump."""
+fusions) and the report page a dump target writes next to its dump. They
+read a RunRecord, the session's record of exactly what they need
+(autotune.runtime.session:Session.run_record), not the session."""
+import dataclasses
 import os
+from typing import Mapping, Optional, Sequence
 
 from autotune import codec
 from autotune import log as logs
@@ -16,13 +20,27 @@ log = logs.get("runtime")
 REPORT_PAGE_FILE = "autotune_report.html"
 
 
-def summary_line(sess):
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What a session's end tells of, read from the session."""
+    device_key: str
+    stats: object                   # the session's Stats
+    memory: Mapping                 # the results this run used, by key
+    remote: object                  # the remote tier, or None
+    load_reports: Sequence          # what each loaded file gave
+    miss_keys: Sequence             # the keys that missed, in order
+    miss_notes: Mapping             # key -> why a tier could not answer
+    job: Optional[tuple] = None     # (rank, world size) of a job, else None
+    exchanges_before: int = 0       # the job's exchanges when it started
+
+
+def summary_line(run):
     """The one line a session logs at its end: fusions by outcome, why
     lookups missed, incumbents, benchmarks and seconds, version drift."""
-    s = sess.stats
-    line = (f"autotune: {len(s.fusions)} fusions on {sess.device_key}: "
+    s = run.stats
+    line = (f"autotune: {len(s.fusions)} fusions on {run.device_key}: "
             f"{s.hits} hit, "
-            + (f"{s.remote_hits} remote hit, " if sess.cache.remote
+            + (f"{s.remote_hits} remote hit, " if run.remote
                else "")
             + f"{s.tuned} tuned, {s.misses} missed"
             + (" (" + ", ".join(f"{n} {reason}" for reason, n in
@@ -60,42 +78,42 @@ def unmeasured_text(configs, fusions):
             "once for each fusion it serves)")
 
 
-def fusion_records(sess):
+def fusion_records(run):
     """Every fusion this run met, with its candidates (the schema of
     autotune.report.summary, shared with the pytest plugin's report)."""
-    return [summary.fusion_record(k, sess.cache.memory.get(k), **v)
-            for k, v in sorted(sess.stats.fusions.items())]
+    return [summary.fusion_record(k, run.memory.get(k), **v)
+            for k, v in sorted(run.stats.fusions.items())]
 
 
-def report(sess):
+def report(run):
     """The JSON report (autotune_report.json) of a session."""
-    fusions = fusion_records(sess)
-    remote = sess.cache.remote
-    return {"device": sess.device_key, **sess.stats.as_dict(),
-            "loaded": sess.load_reports,
+    fusions = fusion_records(run)
+    remote = run.remote
+    return {"device": run.device_key, **run.stats.as_dict(),
+            "loaded": run.load_reports,
             "remote": remote.report() if remote else None,
-            "distributed": distributed_report(sess),
+            "distributed": distributed_report(run),
             "compiled_kernels": triton_cache.counts_report(),
             "missing": [{"kernel": k.kernel, "signature": k.signature,
                          "device": k.device,
-                         "reason": sess.stats.fusions.get(k, {}).get(
+                         "reason": run.stats.fusions.get(k, {}).get(
                              "miss_reason"),
-                         **({"note": sess.miss_notes[k]}
-                            if k in sess.miss_notes else {})}
-                        for k in sess.miss_keys],
+                         **({"note": run.miss_notes[k]}
+                            if k in run.miss_notes else {})}
+                        for k in run.miss_keys],
             "fusions": fusions}
 
 
-def distributed_report(sess):
+def distributed_report(run):
     """The report's view of the job: this rank, the world size and the
     exchanges this session made (a run of hits makes none); None when
     the process tunes alone."""
-    job = sess.job()
+    job = run.job
     if job is None:
         return None
     return {"rank": job[0], "world_size": job[1],
             "exchanges": sum(distributed.EXCHANGES.values())
-            - sess.exchanges_before}
+            - run.exchanges_before}
 
 
 def write_report_page(dump, entries):

@@ -178,7 +178,7 @@ class Session:
                 os.path.realpath(dump) not in loaded:
             # The dump merges into this file at exit: say now, not after
             # the tests ran, that it cannot be read.
-            dump_file.read_existing(self, dump)
+            dump_file.read_existing(self.dump_source(), dump)
 
     def _check_sharding(self):
         try:
@@ -532,17 +532,29 @@ class Session:
         with self.lock:
             self.compile_requests.setdefault(key, {})[request] = None
 
+    def dump_source(self):
+        """What the dump reads of this session (runtime/dump.py)."""
+        return dump_file.DumpSource(self.cache.memory, self.compile_requests,
+                                    self.options.autotune_max_cache_bytes)
+
+    def run_record(self):
+        """What the end's line and reports read (runtime/run_report.py)."""
+        return run_report.RunRecord(
+            self.device_key, self.stats, self.cache.memory, self.cache.remote,
+            self.load_reports, self.miss_keys, self.miss_notes, self.job(),
+            self.exchanges_before)
+
     def dump_entries(self):
-        return dump_file.dump_entries(self)
+        return dump_file.dump_entries(self.dump_source())
 
     def summary_line(self):
-        return run_report.summary_line(self)
+        return run_report.summary_line(self.run_record())
 
     def fusion_records(self):
-        return run_report.fusion_records(self)
+        return run_report.fusion_records(self.run_record())
 
     def report(self):
-        return run_report.report(self)
+        return run_report.report(self.run_record())
 
     def finish(self):
         """Dumps the results file if asked and writes the report. Called at
@@ -558,7 +570,8 @@ class Session:
                          f"to write ({dump})")
                 dump = None
             if dump:
-                entries, kept = dump_file.merged_entries(self, dump)
+                entries, kept = dump_file.merged_entries(
+                    self.dump_source(), dump)
                 codec.dump_results(entries, dump)
                 log.info(f"autotune: dumped {len(entries)} entries to {dump} "
                          f"({len(entries) - kept} used by this run, {kept} "
