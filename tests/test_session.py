@@ -299,10 +299,10 @@ def test_a_bazel_target_on_the_wrong_gpu_fails_with_one_line(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     lines = (run.stdout + run.stderr).strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith('autotune: //fleet:t_h100 is for gpu_type '
-                               '"H100", or a gpu_types entry of that '
-                               'device: this test may only run on a H100'), \
-        lines
+    assert lines[0].startswith('autotune: //fleet:t_h100 is for gpu_types '
+                               '= gpu_type(device = "H100"): this test may '
+                               'only run on a H100'), lines
+    assert "--test_tag_filters=gpu-h100 on a H100" in lines[0], lines
 
 
 def test_unknown_option(session_factory):

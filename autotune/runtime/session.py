@@ -627,7 +627,7 @@ def wrong_device_line(target, want, device_key, entry=None):
         tag = f"gpu-{entry.lower()}"
     else:
         declared = f'gpu_types = gpu_type(device = "{want}")'
-        tag = "gpu-<type>"
+        tag = f"gpu-{want.lower()}"  # a type's default name
     return (f"autotune: {target} is for {declared}: this test may only run "
             f"on a {want}, and this run is on {device_key}; run each "
             f"machine's own type only (bazel test //... "
@@ -646,11 +646,10 @@ def check_expected_gpu(want, device_key):
             target, want, device_key, os.environ.get(GPU_TYPES_ENTRY_ENV)))
     raise WrongDeviceError(
         f"--autotune_expected_gpu={want} (what gpu_types = gpu_type("
-        f"device = \"{want}\") on a gpu_autotuned_test sets): this test "
-        f"may only run on a {want}, and this run is on {device_key}. Run "
-        f"it on a {want} (the target is tagged gpu-{want.lower()}, for "
-        f"--test_tag_filters), or drop its device (the flag) to let it "
-        f"run on other devices")
+        f"device = \"{want}\") sets): this test may only run on a {want},"
+        f" and this run is on {device_key}. Run it on a {want} (tagged "
+        f"gpu-{want.lower()}, for --test_tag_filters), or drop its device "
+        f"(the flag) to let it run on other devices")
 
 
 def top_up_configs(entry, unmeasured, offer=None):
