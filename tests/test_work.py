@@ -12,6 +12,7 @@ from test_results_io import make_entries
 
 H100 = "NVIDIA H100 80GB HBM3/sm_90/sms=132/triton-3.9.0"
 
+
 def test_argument_bytes_count_each_tensor_once():
     x = torch.zeros(100, dtype=torch.float32)
     y = torch.zeros(10, dtype=torch.bfloat16)
