@@ -15,12 +15,10 @@ import autotune
 from autotune import codec
 from autotune.codec import text as text_codec
 from autotune.errors import AutotuneWarning, CacheFileError
-from autotune.measure.fake_backend import FakeBackend
 from autotune.proto import autotune_results_pb2 as pb
 from autotune.records import (NO_WORK, Candidate, CacheKey, Config, Entry,
                               Provenance, Work)
 from autotune.report import page, roofline, summary
-from autotune.runtime import work as work_module
 
 import tiny_kernels as tk
 from test_results_io import make_entries
@@ -109,58 +107,6 @@ def test_a_bad_work_number_is_an_error_naming_the_entry(tmp_path, capsys):
     assert str(path) in str(info.value) and "work bytes" in str(info.value)
     assert tool("show", "--candidates", path) == 2
     one_line_error(capsys, str(path), "work bytes")
-
-
-# -- what a launch moves ------------------------------------------------------
-
-def test_argument_bytes_count_each_tensor_once():
-    x = torch.zeros(100, dtype=torch.float32)
-    y = torch.zeros(10, dtype=torch.bfloat16)
-    named = {"x": x, "y": y, "inplace": x, "n": 100, "alpha": 2.0}
-    assert work_module.argument_bytes(named) == 400 + 20
-    assert work_module.tensor_precision(named) == "bf16"
-    assert work_module.tensor_precision({"x": x}) == "tf32"
-    assert work_module.tensor_precision({"n": 3}) == ""
-
-
-def test_a_model_gets_the_arguments_it_names():
-    config = Config({"BLOCK": 32}, num_warps=4)
-    named = {"x": torch.zeros(8), "n": 8}
-
-    def flops_only(n, BLOCK):
-        return 3 * n + BLOCK
-    assert work_module.launch_work(named, config, flops_only) == Work(
-        32.0, 56.0, "arguments", "tf32", 0.0)
-    assert work_module.launch_work(
-        named, config, lambda **kw: {"bytes": 1e3, "flops": 2.0,
-                                     "precision": "fp32"}) == Work(
-        1e3, 2.0, "model", "fp32", 0.0)
-
-
-@pytest.mark.parametrize("model,needle", [
-    (lambda **_: 1 / 0, "raised ZeroDivisionError"),
-    (lambda **_: {"flop": 1}, "'flop'"),
-    (lambda **_: float("inf"), "flops=inf"),
-    (lambda **_: {"flops": 1, "precision": "int8"}, "precision='int8'"),
-])
-def test_a_bad_model_is_said(model, needle):
-    with pytest.raises(work_module.WorkModelError, match=needle):
-        work_module.launch_work({"n": 1}, Config({}), model)
-
-
-def test_copy_bandwidth_is_measured_once_a_device_and_never_on_the_cpu(
-        monkeypatch):
-    def Backend(name, key):
-        return FakeBackend(name=name, device_key=key, device="cuda:0")
-    measured = []
-    monkeypatch.setattr(work_module, "_COPY_BANDWIDTH", {})
-    monkeypatch.setattr(work_module, "_measure_copy",
-                        lambda device: measured.append(device) or 2.5e12)
-    assert work_module.copy_bandwidth(Backend("interpreter", "cpu")) == 0.0
-    gpu = Backend("gpu", H100)
-    assert work_module.copy_bandwidth(gpu) == 2.5e12
-    assert work_module.copy_bandwidth(gpu) == 2.5e12
-    assert measured == ["cuda:0"]
 
 
 def test_a_tuned_entry_records_its_work(session_factory):
