@@ -30,7 +30,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 from run_example_suite import copy_workspace, reports  # noqa: E402
-from autotune.cli.regenerate import find_dump_targets  # noqa: E402
+from autotune.cli.regenerate_bazel import find_dump_targets  # noqa: E402
 
 PROJECT = os.path.join(ROOT, "examples", "pytest_project")
 

@@ -77,8 +77,9 @@ if __name__ == "__main__":
 
 sys.path.insert(0, ROOT)
 
-from autotune.cli.regenerate import (find_dump_targets,  # noqa: E402
-                                     test_outputs, testlogs_dir)
+from autotune.cli.regenerate_bazel import (  # noqa: E402
+    find_dump_targets,
+    test_outputs, testlogs_dir)
 from autotune.contract import DUMP_SUFFIX  # noqa: E402
 from autotune.host.lock_files import LOCK_DIR_ENV  # noqa: E402
 REPORT = "autotune_report.json"
