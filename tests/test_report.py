@@ -301,6 +301,29 @@ def test_dump_target_writes_the_page_next_to_its_dump(session_factory,
         record["candidates"]))
 
 
+def test_a_dump_given_compiled_kernels_puts_their_counts_on_its_page(
+        session_factory, tmp_path, monkeypatch):
+    """The run's served and compiled counts, as its summary line says
+    them, under the page's heading; no such line without compiled
+    kernels."""
+    from autotune.binaries import triton_cache
+    monkeypatch.setenv("TEST_UNDECLARED_OUTPUTS_DIR", str(tmp_path))
+    monkeypatch.setenv(triton_cache.COMPILED_DIRS_ENV,
+                       json.dumps([str(tmp_path / "kernels")]))
+    sess = session_factory(
+        dump_autotune_results_to=str(tmp_path / "autotune_cache.textproto"),
+        autotune_verbosity="quiet")
+    tk.run(tk.make_tuner(), 20)
+    sess.finish()
+    text = (tmp_path / "autotune_report.html").read_text()
+    counts = triton_cache.counts_text(triton_cache.counts_report())
+    assert f'<p class="run-note">This run&#x27;s {counts}</p>' in text, \
+        text[:2000]
+    monkeypatch.delenv(triton_cache.COMPILED_DIRS_ENV)
+    assert "run-note" not in page.build_page(
+        [("c", codec.load_results(str(tmp_path / "autotune_cache.textproto")))])
+
+
 def test_dump_without_matplotlib_is_a_note(session_factory, tmp_path,
                                            monkeypatch, caplog):
     monkeypatch.setenv("TEST_UNDECLARED_OUTPUTS_DIR", str(tmp_path))

@@ -328,10 +328,11 @@ def _retuned_table(comparison):
 
 
 def build_page(sources, base=None, base_name=None, title=None,
-               max_charts=DEFAULT_MAX_CHARTS):
+               max_charts=DEFAULT_MAX_CHARTS, run_notes=()):
     """The HTML text of the page. sources: [(name, entries)]; base: the
-    entries to compare with (or None). Raises ToolError when matplotlib is
-    missing."""
+    entries to compare with (or None); run_notes: lines about the run that
+    wrote it (its compiled kernels served and compiled), shown under the
+    heading. Raises ToolError when matplotlib is missing."""
     matplotlib_module = require_matplotlib()
     entries = [e for _, entries in sources for e in entries]
     records = summary.fusion_records(entries)
@@ -351,7 +352,8 @@ def build_page(sources, base=None, base_name=None, title=None,
             + _esc(", ".join(f"{d}: {n}" for d, n in sorted(devices.items())))
             + f"); written {now}"
             + (f"; compared with {_esc(base_name)}" if base_name else "")
-            + "</p>"]
+            + "</p>"] + [f'<p class="run-note">{_esc(note)}</p>'
+                         for note in run_notes]
     charts, anchors = [], {}
     for index, rec in enumerate(records):
         if index >= max_charts:

@@ -129,7 +129,11 @@ def write_report_page(dump, entries):
                  f"{page.INSTALL_HINT}")
         return
     try:
-        text = page.build_page([(os.path.basename(dump), entries)])
+        compiled = triton_cache.counts_report()
+        text = page.build_page(
+            [(os.path.basename(dump), entries)],
+            run_notes=[f"This run's {triton_cache.counts_text(compiled)}"]
+            if compiled is not None else ())
         codec.atomic_write(path, text.encode())
     except Exception as e:  # the page is a view of the dump: never
         # let drawing it fail a run whose dump is written
