@@ -151,6 +151,21 @@ class AutotuneCacheMissError(AutotuneError):
 _NO_CONFIG_AFTER_PRUNING = []
 
 
+class WrongDeviceError(AutotuneError):
+    """A gpu_types target on a device it does not accept."""
+
+
+class UnservableFile(AutotuneError):
+    """A file of a compiled-kernel directory that is not served; its text
+    says why (autotune/binaries/triton_cache.py: never raised past it)."""
+
+
+class WorkModelError(AutotuneError, ValueError):
+    """A work model that raised or returned something unusable (said once
+    by autotune/runtime/work.py, which records the arguments' bytes
+    instead)."""
+
+
 # Triton's message for it (triton/runtime/autotuner.py, prune_configs),
 # word for word: code written against triton.autotune matches it.
 NO_CONFIG_AFTER_PRUNING = (

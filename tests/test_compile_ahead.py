@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -210,7 +211,11 @@ def child_real(cache_dir):
 # -- the tests -------------------------------------------------------------------
 
 def _run_child(*argv, timeout=600):
+    # A Triton cache of its own: binaries another run left in the
+    # account's cache would be found on disk, neither compiled ahead nor
+    # at launch.
     env = dict(os.environ, TRITON_INTERPRET="0",
+               TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-cache-"),
                PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), *argv],
                           cwd=ROOT, env=env, capture_output=True, text=True,

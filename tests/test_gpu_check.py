@@ -2,6 +2,7 @@
 report names every section and figure."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -413,9 +414,11 @@ def test_a_triton_older_than_the_floor_is_one_line(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "triton 3.2.0" in proc.stdout.splitlines()[0]
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        floor = re.search(r'"triton>=([\d.]+)"', f.read()).group(1)
     assert proc.stderr.strip() == (
-        "gpu_check: Triton 3.2.0 is older than 3.6, the oldest this project "
-        "supports (pyproject.toml)")
+        f"gpu_check: Triton 3.2.0 is older than {floor}, the oldest this "
+        "project supports (pyproject.toml)")
 
 
 def test_per_process_builds_are_measured_cold_and_kept():

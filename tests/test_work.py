@@ -4,6 +4,7 @@ entry records and the copy bandwidth it is held against."""
 import pytest
 import torch
 
+from autotune.errors import WorkModelError
 from autotune.measure.fake_backend import FakeBackend
 from autotune.records import Config, Work
 from autotune.runtime import work as work_module
@@ -44,7 +45,7 @@ def test_a_model_gets_the_arguments_it_names():
     (lambda **_: {"flops": 1, "precision": "int8"}, "precision='int8'"),
 ])
 def test_a_bad_model_is_said(model, needle):
-    with pytest.raises(work_module.WorkModelError, match=needle):
+    with pytest.raises(WorkModelError, match=needle):
         work_module.launch_work({"n": 1}, Config({}), model)
 
 
@@ -107,7 +108,7 @@ def test_call_model_gives_everything_to_a_model_taking_kwargs():
     ({"flops": float("nan")}, "flops=nan"),
 ])
 def test_call_model_rejects_numbers_that_are_not_counts(value, needle):
-    with pytest.raises(work_module.WorkModelError, match=needle):
+    with pytest.raises(WorkModelError, match=needle):
         work_module.call_model(lambda **_: value, {}, Config({}))
 
 

@@ -46,7 +46,8 @@ import sys
 import sysconfig
 
 from autotune import log as logs
-from autotune.errors import CompiledKernelMissError, TritonCacheError
+from autotune.errors import (CompiledKernelMissError, TritonCacheError,
+                             UnservableFile)
 
 PRIVATE_CACHE_NAME = "triton-cache"
 MATPLOTLIB_DIR_NAME = "matplotlib"
@@ -169,15 +170,10 @@ def is_unwritable_cache_error(exc):
 
 # -- reading a directory we did not write ---------------------------------------
 
-class Unservable(Exception):
-    """A file of a compiled-kernel directory that is not served; its text
-    says why."""
-
-
 def read_regular(path, limit):
     """The bytes of `path`, a regular file (not a link, a FIFO or a
     device: opened without following links and without blocking) of at
-    most `limit` bytes; Unservable otherwise. FileNotFoundError as
+    most `limit` bytes; UnservableFile otherwise. FileNotFoundError as
     usual."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | \
         getattr(os, "O_NONBLOCK", 0)
@@ -187,14 +183,14 @@ def read_regular(path, limit):
         raise
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise Unservable("a link, not a file") from None
-        raise Unservable(f"unreadable ({e.strerror or e})") from None
+            raise UnservableFile("a link, not a file") from None
+        raise UnservableFile(f"unreadable ({e.strerror or e})") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise Unservable("not a regular file")
+            raise UnservableFile("not a regular file")
         if info.st_size > limit:
-            raise Unservable(f"{info.st_size} bytes, more than the {limit} "
+            raise UnservableFile(f"{info.st_size} bytes, more than the {limit} "
                              "such a file may hold")
         chunks, size = [], 0
         while size <= limit:
@@ -204,7 +200,7 @@ def read_regular(path, limit):
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
-            raise Unservable(f"more than the {limit} bytes such a file may "
+            raise UnservableFile(f"more than the {limit} bytes such a file may "
                              "hold")
         return b"".join(chunks)
     finally:
@@ -212,15 +208,15 @@ def read_regular(path, limit):
 
 
 def read_json_object(path, limit=MAX_JSON_BYTES):
-    """A JSON object from `path` (read_regular's checks); Unservable when
+    """A JSON object from `path` (read_regular's checks); UnservableFile when
     it is none (garbled, nested too deep, another type)."""
     data = read_regular(path, limit)
     try:
         value = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
-        raise Unservable("not valid JSON") from None
+        raise UnservableFile("not valid JSON") from None
     if not isinstance(value, dict):
-        raise Unservable(f"a JSON {type(value).__name__}, not an object")
+        raise UnservableFile(f"a JSON {type(value).__name__}, not an object")
     return value
 
 
@@ -235,16 +231,16 @@ def _checked(root, root_real, relative, limit):
         raise FileNotFoundError(errno.ENOENT, "no such file", given)
     real = os.path.realpath(given)
     if real != os.path.join(root_real, relative):
-        raise Unservable("a link resolving outside its place in the "
+        raise UnservableFile("a link resolving outside its place in the "
                          "directory")
     try:
         info = os.stat(real)
     except OSError as e:
-        raise Unservable(f"unreadable ({e.strerror or e})") from None
+        raise UnservableFile(f"unreadable ({e.strerror or e})") from None
     if not stat.S_ISREG(info.st_mode):
-        raise Unservable("not a regular file")
+        raise UnservableFile("not a regular file")
     if info.st_size > limit:
-        raise Unservable(f"{info.st_size} bytes, more than the {limit} such "
+        raise UnservableFile(f"{info.st_size} bytes, more than the {limit} such "
                          "a file may hold")
     return real
 
@@ -339,7 +335,7 @@ def read_manifest(root):
     except FileNotFoundError:
         return None, (f"{root} holds no {MANIFEST_NAME}: not the output of "
                       "`autotune_cache compile`")
-    except Unservable as e:
+    except UnservableFile as e:
         return None, f"{path}: unreadable manifest ({e})"
     return manifest, None
 
@@ -502,7 +498,7 @@ def _base32_key(hash_text):
 def served_group(root, root_real, key, filename):
     """The group `filename` (NAME.json) of key folder `key` in a usable
     compiled directory, every file checked; None when the key is not
-    there; Unservable (naming the file) when something of it may not be
+    there; UnservableFile (naming the file) when something of it may not be
     served."""
     folder = os.path.join(root, key)
     grp = os.path.join(key, f"__grp__{filename}")
@@ -510,42 +506,42 @@ def served_group(root, root_real, key, filename):
         real = _checked(root, root_real, grp, MAX_JSON_BYTES)
     except FileNotFoundError:
         return None
-    except Unservable as e:
-        raise Unservable(f"{os.path.join(root, grp)}: {e}") from None
+    except UnservableFile as e:
+        raise UnservableFile(f"{os.path.join(root, grp)}: {e}") from None
     try:
         children = read_json_object(real).get("child_paths")
-    except Unservable as e:
-        raise Unservable(f"{os.path.join(root, grp)}: {e}") from None
+    except UnservableFile as e:
+        raise UnservableFile(f"{os.path.join(root, grp)}: {e}") from None
     if not isinstance(children, dict) or filename not in children:
-        raise Unservable(f"{os.path.join(root, grp)}: no child_paths "
+        raise UnservableFile(f"{os.path.join(root, grp)}: no child_paths "
                          f"naming {filename}")
     group = {}
     for name in children:
         if not isinstance(name, str) or os.path.basename(name) != name or \
                 name in ("", ".", ".."):
-            raise Unservable(f"{os.path.join(root, grp)}: a child named "
+            raise UnservableFile(f"{os.path.join(root, grp)}: a child named "
                              f"{name!r}, not a file name")
         limit = MAX_JSON_BYTES if name.endswith(".json") else MAX_FILE_BYTES
         try:
             group[name] = _checked(root, root_real, os.path.join(key, name),
                                    limit)
         except FileNotFoundError:
-            raise Unservable(f"{os.path.join(folder, name)}: missing") \
+            raise UnservableFile(f"{os.path.join(folder, name)}: missing") \
                 from None
-        except Unservable as e:
-            raise Unservable(f"{os.path.join(folder, name)}: {e}") from None
+        except UnservableFile as e:
+            raise UnservableFile(f"{os.path.join(folder, name)}: {e}") from None
     path = os.path.join(folder, filename)
     try:
         metadata = read_json_object(group[filename])
-    except Unservable as e:
-        raise Unservable(f"{path}: {e}") from None
+    except UnservableFile as e:
+        raise UnservableFile(f"{path}: {e}") from None
     kernel = filename[:-len(".json")]
     own = metadata.get("hash")
     if not isinstance(own, str) or _base32_key(own) != key:
-        raise Unservable(f"{path}: its metadata's hash is not this key's "
+        raise UnservableFile(f"{path}: its metadata's hash is not this key's "
                          "(a binary of another launch)")
     if metadata.get("name") != kernel:
-        raise Unservable(f"{path}: its metadata names kernel "
+        raise UnservableFile(f"{path}: its metadata names kernel "
                          f"{metadata.get('name')!r}, the launch asks for "
                          f"{kernel!r}")
     return group
@@ -584,7 +580,7 @@ def _manager_class():
             for root, root_real in self._roots:
                 try:
                     group = served_group(root, root_real, self.key, filename)
-                except Unservable as e:
+                except UnservableFile as e:
                     _once(("unservable", str(e)), 30,
                           f"autotune: not served: {e}; the launch compiles")
                     continue

@@ -29,7 +29,7 @@ from autotune.cache import neighbours as reuse
 from autotune.cache import update as cache_update
 from autotune.contract import REGENERATE_COMMAND, REPORT_FILE
 from autotune.errors import (AutotuneCacheMissError, AutotuneError,
-                             CacheFileError)
+                             CacheFileError, WrongDeviceError)
 
 log = logs.get("runtime")
 
@@ -612,10 +612,6 @@ def _check_output_path(flag, path):
 # The gpu_types entry a gpu_autotuned_test target was made for (its key
 # in gpu_types), when the macro says so: the wrong-device line names it.
 GPU_TYPES_ENTRY_ENV = "AUTOTUNE_GPU_TYPES_ENTRY"
-
-
-class WrongDeviceError(AutotuneError):
-    """A gpu_type / gpu_types target on a device it does not accept."""
 
 
 def wrong_device_line(target, want, device_key, entry=None):

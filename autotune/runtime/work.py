@@ -15,6 +15,7 @@ against.
 import inspect
 import math
 
+from autotune.errors import WorkModelError
 from autotune.records import PRECISIONS, Work
 
 # The model's keys (a number alone means FLOPs).
@@ -66,10 +67,6 @@ def tensor_precision(named):
         if precision in found:
             return precision
     return ""
-
-
-class WorkModelError(ValueError):
-    """A work model that raised or returned something unusable."""
 
 
 def call_model(model, named, config):

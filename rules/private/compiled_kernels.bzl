@@ -40,8 +40,10 @@ def _import_roots(files):
     return roots.keys()
 
 def _module_names(files):
-    """The Python modules among `files`, named as imported from their
-    repository's root: the only modules the cache's requests may name."""
+    """The Python modules among `files`, as imported from their root.
+
+    They are the only modules the cache's requests may name.
+    """
     names = {}
     for f in files:
         if f.extension != "py":
