@@ -112,6 +112,28 @@ def test_each_kind_says_what_decided_with_the_margin_it_applied():
                              "to head")
 
 
+def test_an_incumbent_is_not_duelled_by_a_twin_the_backend_runs_alike():
+    """On a backend that ignores num_warps (the interpreter), a config
+    that differs from the incumbent only there runs the same program: its
+    faster first-pass time is noise, and no duel may replace the
+    incumbent with it (a regenerate on an unchanged tree would flip the
+    cached winner). A config that runs another program still duels."""
+    twin = Config({"BLOCK": 64}, num_warps=8)
+    times = {LARGE: 12.0, twin: 9.0, SMALL: 11.5}
+    retime = steady(times)
+    candidates = [Candidate(c, t) for c, t in times.items()]
+    ignored = backends.InterpreterBackend.ignored_config_fields
+    chosen = selection.select_winner(
+        candidates, {c: retime(c) for c in times}, retime, LARGE,
+        ignored=ignored)
+    assert chosen.best.config == LARGE and not chosen.duels, chosen
+    assert chosen.reason.kind == selection.INCUMBENT_KEPT
+    # Without the backend's word, the same timings are a real duel.
+    chosen = selection.select_winner(
+        candidates, {c: retime(c) for c in times}, steady(times), LARGE)
+    assert chosen.duels and chosen.best.config != LARGE
+
+
 def test_an_incumbent_beaten_says_how_and_what_the_contest_chose_then():
     # The incumbent fails when timed again: replaced without being shown
     # slower.

@@ -553,8 +553,13 @@ def select_winner(candidates, timings, retime, incumbent=None,
     duels = []
     winner = None
     pool = [c for c in ok]
-    if incumbent is not None and incumbent in by_config \
-            and incumbent != fastest.config:
+    # A fastest config that runs the same program as the incumbent (they
+    # differ only in fields this backend ignores, e.g. num_warps on the
+    # interpreter) cannot be faster: a duel between them could only be
+    # won on noise, and would flip a cached winner for nothing.
+    twin = incumbent is not None and incumbent in by_config and \
+        _same_run(incumbent, ignored) == _same_run(fastest.config, ignored)
+    if incumbent is not None and incumbent in by_config and not twin:
         result, times = duel(retime, incumbent, fastest.config, rule,
                              rule.incumbent_improvement)
         duels.append(result)
@@ -565,7 +570,7 @@ def select_winner(candidates, timings, retime, incumbent=None,
         else:
             pool = [c for c in ok if c.config != incumbent]
             state = REPLACED
-    elif incumbent is not None and incumbent == fastest.config:
+    elif twin:
         winner, state = incumbent, KEPT
     if winner is None:
         groups = {}
