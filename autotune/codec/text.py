@@ -82,25 +82,8 @@ _WORK_FLOATS = ("bytes", "flops", "copy_bandwidth")
 
 
 def _parse_work_fast(line):
-    if not line.startswith(_WORK_PREFIX) or not line.endswith(" }"):
-        raise _NotCanonical()
-    body = line[len(_WORK_PREFIX):-2]
-    pairs = _FIELD_RE.findall(body)
-    if " ".join(f"{n}: {v}" for n, v in pairs) != body:
-        raise _NotCanonical()
-    fields = {}
-    for name, value in pairs:
-        if name in fields:
-            raise _NotCanonical()
-        if name in _WORK_STRINGS:
-            fields[name] = _unquote(value)
-        elif name in _WORK_FLOATS:
-            fields[name] = float(value)
-            if schema.bad_time(fields[name]):
-                raise _NotCanonical()  # text_format's path names the entry
-        else:
-            raise _NotCanonical()
-    return Work(**fields)
+    return Work(**_canonical_fields(line, _WORK_PREFIX, _WORK_STRINGS,
+                                    _WORK_FLOATS))
 
 
 class _NotCanonical(Exception):
@@ -190,9 +173,17 @@ _FIELD_RE = re.compile(r'(\w+): (' + _QUOTED + r'|[^ "]+)')
 
 
 def _parse_provenance_fast(line):
-    if not line.startswith("  provenance { ") or not line.endswith(" }"):
+    return Provenance(**_canonical_fields(
+        line, "  provenance { ", _PROVENANCE_STRINGS, _PROVENANCE_FLOATS))
+
+
+def _canonical_fields(line, prefix, strings, floats):
+    """The fields of a one-line message `prefix ... }` as the canonical
+    writer writes it (each field once, strings quoted, floats valid
+    times); _NotCanonical otherwise, for text_format's slow path."""
+    if not line.startswith(prefix) or not line.endswith(" }"):
         raise _NotCanonical()
-    body = line[len("  provenance { "):-2]
+    body = line[len(prefix):-2]
     pairs = _FIELD_RE.findall(body)
     if " ".join(f"{n}: {v}" for n, v in pairs) != body:
         raise _NotCanonical()
@@ -200,15 +191,15 @@ def _parse_provenance_fast(line):
     for name, value in pairs:
         if name in fields:
             raise _NotCanonical()
-        if name in _PROVENANCE_STRINGS:
+        if name in strings:
             fields[name] = _unquote(value)
-        elif name in _PROVENANCE_FLOATS:
+        elif name in floats:
             fields[name] = float(value)
             if schema.bad_time(fields[name]):
                 raise _NotCanonical()  # text_format's path names the entry
         else:
             raise _NotCanonical()
-    return Provenance(**fields)
+    return fields
 
 
 # Possessive quantifiers (Python 3.11+): the pattern never backtracks.
